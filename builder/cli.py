@@ -40,6 +40,63 @@ def schema(
         out.write_text(text)
 
 
+def _int_list(text: str | None) -> list[int] | None:
+    if not text:
+        return None
+    try:
+        return [int(x) for x in text.split(",")]
+    except ValueError:
+        raise typer.BadParameter(f"{text!r} is not a comma-separated list of integers") from None
+
+
+@app.command()
+def bench(
+    target: str = typer.Option(..., "--target", "-t", help="Target name (targets/<name>.toml) or path."),
+    url: str | None = typer.Option(None, help="Server base URL; default http://127.0.0.1:<server.port>."),
+    out: Path | None = typer.Option(None, help="Evidence directory; default evidence/<target>/."),
+    prefill_lens: str | None = typer.Option(None, help="Comma-separated prompt lengths for the prefill sweep."),
+    decode_output_len: int = typer.Option(512, help="Output tokens of the decode-heavy workload."),
+    concurrency: str | None = typer.Option(None, help="Comma-separated levels of the concurrency sweep."),
+    repeats: int = typer.Option(3, min=1, help="Requests per prefill/decode point."),
+    workload: list[str] | None = typer.Option(
+        None, help="Only these kinds: prefill, decode, concurrent2, concurrency (repeatable)."
+    ),
+    ab_url: str | None = typer.Option(None, help="Second endpoint: run an interleaved A/B instead."),
+    ab_labels: str = typer.Option("A,B", help="Labels of the two A/B arms, e.g. auto,fp8."),
+    ab_rounds: int = typer.Option(6, min=1, help="A/B rounds (each one request per arm)."),
+    ab_input_len: int = typer.Option(2048, help="A/B prompt tokens."),
+    ab_output_len: int = typer.Option(128, help="A/B output tokens."),
+    ab_background: int = typer.Option(1, min=0, help="Background decode streams on the arm under test."),
+) -> None:
+    """Streaming benchmark (vllm bench serve metrics) or interleaved A/B; writes evidence JSON/MD/PNG."""
+    from builder.measure.commands import ABOptions, bench_command
+
+    labels = ab_labels.split(",")
+    if len(labels) != 2:
+        raise typer.BadParameter("--ab-labels takes two comma-separated labels")
+    ab = None
+    if ab_url:
+        ab = ABOptions(url_b=ab_url, label_a=labels[0], label_b=labels[1], rounds=ab_rounds,
+                       input_len=ab_input_len, output_len=ab_output_len, background_streams=ab_background)
+    bench_command(
+        target=target, url=url, out=out, prefill_lens=_int_list(prefill_lens), decode_output_len=decode_output_len,
+        concurrency_levels=_int_list(concurrency), repeats=repeats, kinds=workload, ab=ab,
+    )
+
+
+@app.command()
+def gates(
+    target: str = typer.Option(..., "--target", "-t", help="Target name (targets/<name>.toml) or path."),
+    url: str | None = typer.Option(None, help="Server base URL; default http://127.0.0.1:<server.port>."),
+    out: Path | None = typer.Option(None, help="Evidence directory; default evidence/<target>/."),
+    only: list[str] | None = typer.Option(None, help="Run only these gates (repeatable)."),
+) -> None:
+    """Quality gates; writes evidence/<target>/<gate>.json and exits non-zero when a required gate fails."""
+    from builder.measure.commands import gates_command
+
+    gates_command(target=target, url=url, out=out, only=only)
+
+
 def main() -> None:
     try:
         app()

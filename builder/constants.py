@@ -32,3 +32,13 @@ CHECKSUMS_NAME = "CHECKSUMS.sha256"
 ENV_HF_TOKEN = "HF_TOKEN"
 ENV_CACHE_DIR = "QFN_CACHE_DIR"
 ENV_REPO_ROOT = "QFN_REPO_ROOT"
+
+# --- measure (benchmarks and quality gates) ---
+#: The standalone benchmark shipped in every bundle; builder.measure loads its client and metrics.
+BENCHMARK_SCRIPT = BUNDLE_SRC_DIR / "benchmark_vllm.py"
+#: Per-model gate expectation files (golden probes, battery, needle wording).
+EXPECTATIONS_DIR = Path(__file__).resolve().parent / "measure" / "expectations"
+#: Gate names, in the order they run and appear in the bundle README's gate table.
+GATE_NAMES = ("golden_probes", "battery", "determinism", "needle", "prefix_cache", "kv_pool")
+#: A live server for tests/measure's live test ("http://host:port"); the test skips without it.
+ENV_MEASURE_URL = "QFN_MEASURE_URL"

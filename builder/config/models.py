@@ -186,6 +186,40 @@ class Patches(StrictModel):
     reason: str | None = Field(default=None, description="Why the series is not applied, when apply is false.")
 
 
+GateName = Literal["golden_probes", "battery", "determinism", "needle", "prefix_cache", "kv_pool"]
+
+
+class Gates(StrictModel):
+    """Quality gates run by `builder gates` (KV pool floor/target live in kv_cache)."""
+
+    expectations: str | None = Field(
+        default=None,
+        description="Per-model expectation file, builder/measure/expectations/<name>.toml: golden probes, "
+        "the 10-task battery and its baseline pass-set, needle and prefix-cache wording.",
+    )
+    required: list[GateName] = Field(
+        default_factory=lambda: ["golden_probes", "battery", "determinism", "needle", "prefix_cache", "kv_pool"],
+        description="Gates whose failure makes `builder gates` exit non-zero and blocks publishing.",
+    )
+    determinism_runs: int = Field(default=8, ge=2, description="Identical temperature-0 requests sent together.")
+    determinism_max_unique: int = Field(default=1, ge=1, description="Most distinct outputs allowed among them.")
+    needle_tokens: int | None = Field(
+        default=None,
+        ge=256,
+        description="Prompt length of the needle-in-a-haystack test; default min(131072, max_model_len - 256).",
+    )
+    needle_depth: float = Field(default=0.5, ge=0, le=1, description="Where the needle sits: 0 start, 1 end.")
+    prefix_tokens: int = Field(default=2048, ge=256, description="Prompt length of the prefix-cache repeat test.")
+    battery_max_regressions: int = Field(
+        default=0, ge=0, description="Baseline battery tasks this config may fail and still pass."
+    )
+    battery_baseline: str | None = Field(
+        default=None,
+        description="battery.json of the baseline (bf16/auto KV) run, relative to the repo; default: the "
+        "pass-set recorded in the expectation file.",
+    )
+
+
 class ReleaseConfig(StrictModel):
     """Everything one target's release is made from."""
 
@@ -199,6 +233,7 @@ class ReleaseConfig(StrictModel):
     ple: PLE = Field(default_factory=PLE)
     server: Server
     patches: Patches
+    gates: Gates = Field(default_factory=Gates)
 
     @model_validator(mode="after")
     def _cross_field_rules(self) -> ReleaseConfig:
@@ -302,6 +337,13 @@ class ReleaseConfig(StrictModel):
                 f"{srv.max_model_len} is above the native {NATIVE_MAX_MODEL_LEN}",
                 "lower it, or set server.allow_long_max_model_len = true if you mean it",
             )
+
+        for name, tokens in (("needle_tokens", self.gates.needle_tokens), ("prefix_tokens", self.gates.prefix_tokens)):
+            if tokens is not None and tokens > srv.max_model_len:
+                raise rule_error(
+                    f"gates.{name}", f"{tokens} is longer than server.max_model_len = {srv.max_model_len}",
+                    f"lower gates.{name}",
+                )
 
         known_arch = t.base_image_arch or _arch_from_reference(t.base_image)
         if known_arch is not None and known_arch != t.arch:

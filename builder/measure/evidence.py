@@ -3,13 +3,27 @@
 from __future__ import annotations
 
 import json
-from datetime import datetime
+import os
+import tempfile
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from builder.errors import MeasureError
+
+
+class ServerInfo(BaseModel):
+    """The endpoint a measurement ran against, as it described itself."""
+
+    model_config = ConfigDict(extra="allow")
+
+    url: str
+    served_model: str
+    max_model_len: int
+    version: str = Field(description="vLLM version from GET /version.")
+    kv_cache_dtype: str | None = Field(default=None, description="cache_dtype label of vllm:cache_config_info.")
 
 
 class GateEvidence(BaseModel):
@@ -26,6 +40,73 @@ class GateEvidence(BaseModel):
     server_version: str | None = None
     config_digest: str | None = None
     created: datetime
+    # Added by measure (optional, so older files still load):
+    observed: dict[str, Any] = Field(default_factory=dict, description="What the gate measured.")
+    server: ServerInfo | None = Field(default=None, description="The endpoint the gate ran against.")
+    target: str | None = Field(default=None, description="Target name whose config the server was launched from.")
+
+
+class BenchEvidence(BaseModel):
+    """evidence/<target>/bench-<workload>.json: `vllm bench serve` keys plus their context.
+
+    Only the keys the README and publish read are typed; every other vLLM key (mean/median/std/
+    p50/p90/p95/p99 of ttft, tpot, itl, e2el) is kept as an extra field.
+    """
+
+    model_config = ConfigDict(extra="allow")
+
+    workload: str
+    kind: str
+    input_len: int
+    output_len: int
+    num_prompts: int
+    concurrency: int
+    completed: int
+    failed: int
+    duration: float
+    output_throughput: float
+    request_throughput: float
+    mean_ttft_ms: float
+    median_ttft_ms: float
+    p99_ttft_ms: float
+    mean_tpot_ms: float
+    p99_tpot_ms: float
+    mean_itl_ms: float
+    mean_e2el_ms: float
+    server: ServerInfo
+    config_digest: str | None = None
+    target: str | None = None
+    created: datetime
+
+
+def now() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+def write_json_atomic(path: Path, data: BaseModel | dict[str, Any]) -> Path:
+    """Write to a temp file beside `path`, then rename into place."""
+    text = data.model_dump_json(indent=2) if isinstance(data, BaseModel) else json.dumps(data, indent=2, default=str)
+    return write_bytes_atomic(path, (text + "\n").encode())
+
+
+def write_bytes_atomic(path: Path, data: bytes) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    with os.fdopen(fd, "wb") as fh:
+        fh.write(data)
+    os.replace(tmp, path)
+    return path
+
+
+def load_bench_evidence(directory: Path) -> list[BenchEvidence]:
+    """Every bench-*.json in `directory`, sorted by file name."""
+    out = []
+    for path in sorted(directory.glob("bench-*.json")):
+        try:
+            out.append(BenchEvidence.model_validate_json(path.read_text()))
+        except ValidationError as exc:
+            raise MeasureError(f"{path}: not a benchmark evidence file: {exc}", hint="re-run `builder bench`") from exc
+    return out
 
 
 GATE_PREFIX_EXCLUDE = ("bench",)

@@ -1,0 +1,32 @@
+"""What a live endpoint says about itself: served model, context, vLLM version, KV pool."""
+
+from __future__ import annotations
+
+import httpx
+
+from builder.errors import MeasureError
+from builder.measure.core import bench
+from builder.measure.evidence import ServerInfo
+
+
+async def probe(client: httpx.AsyncClient, url: str) -> ServerInfo:
+    """Read /health, /v1/models, /version and /metrics; fail clearly when the server is not ready."""
+    base = url.rstrip("/")
+    try:
+        health = await client.get(base + "/health", timeout=10)
+    except httpx.HTTPError as exc:
+        raise MeasureError(
+            f"no server answers at {url} ({type(exc).__name__})",
+            hint="start it (`builder serve --target ...`) or pass the right --url",
+        ) from exc
+    if health.status_code != 200:
+        raise MeasureError(f"{url}/health answered {health.status_code}: the engine is not ready or dead",
+                           hint="check the server log; restart the server")
+    models = (await client.get(base + "/v1/models", timeout=10)).json()["data"]
+    version = (await client.get(base + "/version", timeout=10)).json().get("version", "unknown")
+    samples = await bench.scrape(client, base)
+    dtype = next((s.labels.get("cache_dtype") for s in samples if s.name == "vllm:cache_config_info"), None)
+    return ServerInfo(
+        url=base, served_model=models[0]["id"], max_model_len=int(models[0].get("max_model_len") or 0),
+        version=version, kv_cache_dtype=dtype,
+    )

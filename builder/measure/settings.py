@@ -1,0 +1,113 @@
+"""Typed inputs of the gates: a target's resolved thresholds and the per-model expectation file.
+
+The expectation file says what a correct answer from one model looks like, so the same file
+judges every KV dtype that model is served with.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from builder.config.models import Gates, ReleaseConfig
+from builder.constants import EXPECTATIONS_DIR
+from builder.errors import ConfigError
+
+
+#: Needle length on long-context targets (the seed bundle's 128K), capped by the context.
+NEEDLE_DEFAULT_TOKENS = 131072
+#: Room the needle prompt leaves for the answer under max_model_len.
+NEEDLE_CONTEXT_MARGIN = 256
+
+
+class GateSettings(BaseModel):
+    """The target's [gates] section with every default resolved against its config."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    gates: Gates
+    needle_tokens: int = Field(gt=0)
+    kv_pool_floor_tokens: int = Field(gt=0)
+    kv_pool_target_tokens: int = Field(gt=0)
+
+
+def gate_settings(cfg: ReleaseConfig) -> GateSettings:
+    """Resolve a config's gate settings; a missing setting is a ConfigError naming the field."""
+    g, kv = cfg.gates, cfg.kv_cache
+    if g.expectations is None:
+        raise ConfigError(
+            f"target {cfg.target.name}: gates.expectations is not set",
+            hint=f"name a file from {sorted(p.stem for p in EXPECTATIONS_DIR.glob('*.toml'))} in [gates]",
+        )
+    if kv.pool_gate_floor_tokens is None:
+        raise ConfigError(
+            f"target {cfg.target.name}: kv_cache.pool_gate_floor_tokens is not set (the KV pool gate needs it)",
+            hint="set kv_cache.pool_gate_floor_tokens (and pool_gate_target_tokens) in the target file",
+        )
+    needle = g.needle_tokens or min(NEEDLE_DEFAULT_TOKENS, cfg.server.max_model_len - NEEDLE_CONTEXT_MARGIN)
+    return GateSettings(
+        gates=g, needle_tokens=needle, kv_pool_floor_tokens=kv.pool_gate_floor_tokens,
+        kv_pool_target_tokens=kv.pool_gate_target_tokens or kv.pool_gate_floor_tokens,
+    )
+
+
+class Probe(BaseModel):
+    """One chat prompt at temperature 0 and the regex a correct answer matches."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str
+    prompt: str
+    expect: str = Field(description="Python regex searched in the answer")
+    max_tokens: int = Field(48, gt=0)
+
+
+class BatteryBaseline(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    source: str = Field(description="the evidence file the pass-set was copied from")
+    passed: list[str]
+
+
+class RecallTask(BaseModel):
+    """A fact hidden in long filler and the question that recalls it; `{value}` is filled in."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    fact: str
+    question: str
+    expect: str
+    max_tokens: int = Field(32, gt=0)
+
+
+class Expectations(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    model: str
+    golden: list[Probe] = Field(min_length=1)
+    battery: list[Probe] = Field(min_length=1)
+    battery_baseline: BatteryBaseline | None = None
+    determinism_prompt: str
+    needle: RecallTask
+    prefix_cache: RecallTask
+
+    @model_validator(mode="after")
+    def _baseline_names(self) -> Expectations:
+        if self.battery_baseline:
+            unknown = set(self.battery_baseline.passed) - {p.name for p in self.battery}
+            if unknown:
+                raise ValueError(f"battery_baseline.passed names tasks not in battery: {sorted(unknown)}")
+        return self
+
+
+def load_expectations(name: str, *, directory: Path = EXPECTATIONS_DIR) -> Expectations:
+    path = directory / f"{name}.toml"
+    if not path.is_file():
+        known = sorted(p.stem for p in directory.glob("*.toml"))
+        raise ConfigError(f"gates.expectations = {name!r}: no file {path}", hint=f"use one of {known}")
+    try:
+        return Expectations.model_validate(tomllib.loads(path.read_text()))
+    except (tomllib.TOMLDecodeError, ValidationError) as exc:
+        raise ConfigError(f"{path} is invalid: {exc}", hint="fix the expectation file") from exc
