@@ -475,12 +475,19 @@ def metric_sum(samples: Iterable[Sample], name: str) -> float | None:
 
 
 def kv_pool_tokens(samples: Iterable[Sample]) -> int | None:
-    """KV pool size in tokens: num_gpu_blocks x block_size from vllm:cache_config_info."""
+    """KV pool size in tokens from vllm:cache_config_info: its kv_cache_size_tokens label where
+    the engine exports one, else num_gpu_blocks x block_size."""
+    def num(v: str | None) -> int | None:
+        return None if v in (None, "", "None") else int(v)
+
     for s in samples:
         if s.name == "vllm:cache_config_info":
-            blocks, size = s.labels.get("num_gpu_blocks"), s.labels.get("block_size")
-            if blocks not in (None, "", "None") and size not in (None, "", "None"):
-                return int(blocks) * int(size)
+            direct = num(s.labels.get("kv_cache_size_tokens"))
+            blocks, size = num(s.labels.get("num_gpu_blocks")), num(s.labels.get("block_size"))
+            if direct is not None:
+                return direct
+            if blocks is not None and size is not None:
+                return blocks * size
     return None
 
 

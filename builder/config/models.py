@@ -195,7 +195,8 @@ class Gates(StrictModel):
     expectations: str | None = Field(
         default=None,
         description="Per-model expectation file, builder/measure/expectations/<name>.toml: golden probes, "
-        "the 10-task battery and its baseline pass-set, needle and prefix-cache wording.",
+        "the 10-task battery and its baseline pass-set, needle and prefix-cache wording; default: "
+        "model.served_name.",
     )
     required: list[GateName] = Field(
         default_factory=lambda: ["golden_probes", "battery", "determinism", "needle", "prefix_cache", "kv_pool"],
@@ -209,7 +210,10 @@ class Gates(StrictModel):
         description="Prompt length of the needle-in-a-haystack test; default min(131072, max_model_len - 256).",
     )
     needle_depth: float = Field(default=0.5, ge=0, le=1, description="Where the needle sits: 0 start, 1 end.")
-    prefix_tokens: int = Field(default=2048, ge=256, description="Prompt length of the prefix-cache repeat test.")
+    prefix_tokens: int | None = Field(
+        default=None, ge=256, description="Prompt length of the prefix-cache repeat test; default "
+        "min(2048, max_model_len / 2)."
+    )
     battery_max_regressions: int = Field(
         default=0, ge=0, description="Baseline battery tasks this config may fail and still pass."
     )

@@ -6,10 +6,11 @@ judges every KV dtype that model is served with.
 
 from __future__ import annotations
 
+import re
 import tomllib
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from builder.config.models import Gates, ReleaseConfig
 from builder.constants import EXPECTATIONS_DIR
@@ -28,28 +29,33 @@ class GateSettings(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     gates: Gates
+    expectations: str
     needle_tokens: int = Field(gt=0)
+    prefix_tokens: int = Field(gt=0)
     kv_pool_floor_tokens: int = Field(gt=0)
     kv_pool_target_tokens: int = Field(gt=0)
 
 
 def gate_settings(cfg: ReleaseConfig) -> GateSettings:
-    """Resolve a config's gate settings; a missing setting is a ConfigError naming the field."""
-    g, kv = cfg.gates, cfg.kv_cache
-    if g.expectations is None:
+    """Resolve a config's gate settings. Unset KV pool bounds default to what the config itself
+    promises: the floor is one full-context request, the target every sequence at full context."""
+    g, kv, srv = cfg.gates, cfg.kv_cache, cfg.server
+    expectations = g.expectations or cfg.model.served_name
+    if not (EXPECTATIONS_DIR / f"{expectations}.toml").is_file():
         raise ConfigError(
-            f"target {cfg.target.name}: gates.expectations is not set",
-            hint=f"name a file from {sorted(p.stem for p in EXPECTATIONS_DIR.glob('*.toml'))} in [gates]",
+            f"target {cfg.target.name}: no gate expectation file {expectations}.toml for model "
+            f"{cfg.model.served_name}",
+            hint=f"set gates.expectations to one of {sorted(p.stem for p in EXPECTATIONS_DIR.glob('*.toml'))} "
+            f"or add builder/measure/expectations/{expectations}.toml",
         )
-    if kv.pool_gate_floor_tokens is None:
-        raise ConfigError(
-            f"target {cfg.target.name}: kv_cache.pool_gate_floor_tokens is not set (the KV pool gate needs it)",
-            hint="set kv_cache.pool_gate_floor_tokens (and pool_gate_target_tokens) in the target file",
-        )
-    needle = g.needle_tokens or min(NEEDLE_DEFAULT_TOKENS, cfg.server.max_model_len - NEEDLE_CONTEXT_MARGIN)
+    floor = kv.pool_gate_floor_tokens or srv.max_model_len
     return GateSettings(
-        gates=g, needle_tokens=needle, kv_pool_floor_tokens=kv.pool_gate_floor_tokens,
-        kv_pool_target_tokens=kv.pool_gate_target_tokens or kv.pool_gate_floor_tokens,
+        gates=g,
+        expectations=expectations,
+        needle_tokens=g.needle_tokens or min(NEEDLE_DEFAULT_TOKENS, srv.max_model_len - NEEDLE_CONTEXT_MARGIN),
+        prefix_tokens=g.prefix_tokens or min(2048, srv.max_model_len // 2),
+        kv_pool_floor_tokens=floor,
+        kv_pool_target_tokens=kv.pool_gate_target_tokens or max(floor, srv.max_model_len * (srv.max_num_seqs or 1)),
     )
 
 
@@ -62,6 +68,15 @@ class Probe(BaseModel):
     prompt: str
     expect: str = Field(description="Python regex searched in the answer")
     max_tokens: int = Field(48, gt=0)
+
+    @field_validator("expect")
+    @classmethod
+    def _compiles(cls, v: str) -> str:
+        try:
+            re.compile(v)
+        except re.error as exc:
+            raise ValueError(f"expect is not a valid regex ({exc})") from exc
+        return v
 
 
 class BatteryBaseline(BaseModel):
