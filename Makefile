@@ -21,3 +21,13 @@ test: $(STAMP)
 
 clean:
 	rm -rf $(VENV) dist
+
+# Benchmark and quality gates against a live server of $(TARGET) (default URL: the target's port on
+# 127.0.0.1). Evidence goes to evidence/$(TARGET)/. `make gates` fails when a required gate fails.
+.PHONY: bench gates
+bench: $(STAMP)
+	$(BIN)/pip install -q -e '.[plot]'
+	$(BIN)/builder bench --target $(TARGET) $(if $(URL),--url $(URL)) $(BENCH_ARGS)
+
+gates: $(STAMP)
+	$(BIN)/builder gates --target $(TARGET) $(if $(URL),--url $(URL)) $(GATES_ARGS)

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Streaming benchmark for an OpenAI-compatible vLLM server. Needs only httpx (rich is optional).
+"""Streaming benchmark for an OpenAI-compatible vLLM server. Needs only httpx.
 
 This file is the single source of truth for the release's client and metric math: the bundle
 ships it as-is, and the builder (builder/measure) loads it by path.
@@ -27,6 +27,7 @@ import json
 import math
 import random
 import re
+import secrets
 import statistics
 import sys
 import time
@@ -314,12 +315,12 @@ async def count_tokens(
 
 
 async def make_prompt(
-    client: httpx.AsyncClient, base_url: str, model: str, n_tokens: int, *, seed: int
+    client: httpx.AsyncClient, base_url: str, model: str, n_tokens: int, *, tag: str
 ) -> str:
-    """Seeded random words, trimmed until /tokenize says <= n_tokens (unique per seed, so
-    different seeds never share a cached prefix)."""
-    rng = random.Random(seed)
-    head = f"[{seed}] "
+    """Random words seeded by `tag`, trimmed until /tokenize says <= n_tokens. The prompt starts
+    with the tag, so prompts with different tags never share a cached prefix."""
+    rng = random.Random(tag)
+    head = f"[{tag}] "
     words = [rng.choice(_VOCAB) for _ in range(int(n_tokens * 1.2) + 8)]
     lo, hi = 0, len(words)
     # Binary search on word count: tokenizer merges make the count non-additive.
@@ -409,12 +410,16 @@ async def run_workload(
     model: str,
     wl: Workload,
     *,
-    seed: int = 0,
+    nonce: str | None = None,
     on_done: Callable[[], None] | None = None,
 ) -> dict[str, Any]:
-    """Run one workload (with one untimed warm-up request) and return its vLLM-style result."""
+    """Run one workload (with one untimed warm-up request) and return its vLLM-style result.
+
+    Prompts are tagged with a fresh nonce per run, so neither an earlier workload nor an
+    earlier run on the same server turns prefill into a prefix-cache hit."""
+    nonce = nonce or secrets.token_hex(4)
     prompts = [
-        await make_prompt(client, base_url, model, wl.input_len, seed=seed * 100_003 + i)
+        await make_prompt(client, base_url, model, wl.input_len, tag=f"{nonce}-{wl.name}-{i}")
         for i in range(wl.num_prompts + 1)
     ]
     specs = [RequestSpec(max_tokens=wl.output_len, prompt=p) for p in prompts]
@@ -422,7 +427,10 @@ async def run_workload(
     outputs, duration = await run_specs(
         client, base_url, model, specs[:-1], concurrency=wl.concurrency, on_done=on_done
     )
-    result = {**asdict(wl), "workload": wl.name, "model_id": model, "base_url": base_url, **summarize(outputs, duration)}
+    result = {
+        **asdict(wl), "workload": wl.name, "model_id": model, "base_url": base_url, "prompt_nonce": nonce,
+        **summarize(outputs, duration),
+    }
     if wl.kind == "concurrent2":
         result["wall_time_s"] = duration
     return result
@@ -539,11 +547,11 @@ async def _background(client: httpx.AsyncClient, arm: Arm, stop: asyncio.Event, 
 
 
 async def measure_arm(
-    client: httpx.AsyncClient, arm: Arm, *, input_len: int, output_len: int, seed: int,
+    client: httpx.AsyncClient, arm: Arm, *, input_len: int, output_len: int, tag: str,
     background_streams: int,
 ) -> dict[str, Any]:
     """One A/B sample: one measured request on `arm` under the given background load."""
-    prompt = await make_prompt(client, arm.base_url, arm.model, input_len, seed=seed)
+    prompt = await make_prompt(client, arm.base_url, arm.model, input_len, tag=tag)
     before = await scrape(client, arm.base_url)
     stop = asyncio.Event()
     bg = asyncio.create_task(_background(client, arm, stop, background_streams))
@@ -590,13 +598,14 @@ async def run_ab(
     """Interleave the arms (ABBA order, so neither arm always goes first) with the same prompt
     length and background load, and report per-pair deltas."""
     pairs = []
+    nonce = secrets.token_hex(4)
     for r in range(rounds):
         order = (a, b) if r % 2 == 0 else (b, a)
         got: dict[str, dict[str, Any]] = {}
         for arm in order:
-            # Same seed for both arms of a round: identical prompts, distinct across rounds.
+            # Same tag for both arms of a round: identical prompts, distinct across rounds.
             got[arm.label] = await measure_arm(
-                client, arm, input_len=input_len, output_len=output_len, seed=10_000 + r,
+                client, arm, input_len=input_len, output_len=output_len, tag=f"{nonce}-ab-{r}",
                 background_streams=background_streams,
             )
             if on_done:
@@ -655,7 +664,10 @@ async def _main(args: argparse.Namespace) -> int:
             (out / "ab.json").write_text(json.dumps(ab, indent=2))
             print(format_ab_table(ab))
             return 0
-        suite = standard_suite(max_len, decode_output_len=args.decode_output_len)
+        suite = standard_suite(
+            max_len, decode_output_len=args.decode_output_len, prefill_lens=_ints(args.prefill_lens),
+            concurrency_levels=_ints(args.concurrency) or (1, 2, 4, 8),
+        )
         if args.workload != "all":
             suite = [w for w in suite if w.kind == args.workload]
         failed = 0
@@ -668,10 +680,16 @@ async def _main(args: argparse.Namespace) -> int:
     return 1 if failed else 0
 
 
+def _ints(text: str | None) -> list[int] | None:
+    return [int(x) for x in text.split(",")] if text else None
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--url", required=True, help="server base URL, e.g. http://127.0.0.1:8000")
     p.add_argument("--workload", default="all", choices=["all", "prefill", "decode", "concurrent2", "concurrency"])
+    p.add_argument("--prefill-lens", help="comma-separated prompt lengths (default: powers of two up to the context)")
+    p.add_argument("--concurrency", help="comma-separated levels of the concurrency sweep (default 1,2,4,8)")
     p.add_argument("--decode-output-len", type=int, default=512)
     p.add_argument("--out", default="bench-results")
     p.add_argument("--ab-url", help="second endpoint: run an interleaved A/B instead")

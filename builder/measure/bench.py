@@ -13,7 +13,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from builder.errors import MeasureError
 from builder.measure.core import bench
 from builder.measure.evidence import BenchEvidence, now, write_bytes_atomic, write_json_atomic
-from builder.measure.report import bench_chart_png, bench_markdown, bench_table
+from builder.measure.report import bench_chart_png, bench_markdown, bench_table, make_console
 from builder.measure.server import probe
 
 Workload = bench.Workload
@@ -66,7 +66,7 @@ def run_bench(
     concurrency_levels: list[int] | None = None, repeats: int = 3, kinds: list[str] | None = None,
 ) -> list[BenchEvidence]:
     """Run the standard suite and write JSON per workload, bench.md and bench.png into out_dir."""
-    console = Console()
+    console = make_console()
     try:
         suite = bench.standard_suite(
             max_model_len, prefill_lens=prefill_lens, decode_output_len=decode_output_len,
@@ -95,7 +95,7 @@ def run_ab(
     input_len: int, output_len: int, background_streams: int,
 ) -> dict[str, Any]:
     """Interleaved A/B of two endpoints; writes ab.json and ab.md and prints the delta table."""
-    console = Console()
+    console = make_console()
 
     async def go() -> dict[str, Any]:
         async with httpx.AsyncClient() as client:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import secrets
 import statistics
 import subprocess
 import tempfile
@@ -48,6 +49,9 @@ def _vllm_bench(*, vllm_python: Path, url: str, model: str, tokenizer: Path, inp
             "--num-prompts", str(num_prompts), "--max-concurrency", "1", "--ignore-eos",
             "--seed", str(seed), "--save-result", "--result-dir", tmp, "--result-filename", "r.json",
             "--percentile-metrics", "ttft,tpot,itl,e2el", "--metric-percentiles", "50,90,95,99",
+            # Its ready check sends the first prompt once beforehand, which would make that
+            # prompt a prefix-cache hit in the timed run.
+            "--ready-check-timeout-sec", "0",
         ]
         proc = subprocess.run(cmd, capture_output=True, text=True)
         if proc.returncode != 0:
@@ -56,10 +60,10 @@ def _vllm_bench(*, vllm_python: Path, url: str, model: str, tokenizer: Path, inp
         return json.loads((Path(tmp) / "r.json").read_text())
 
 
-async def _ours(url: str, model: str, input_len: int, output_len: int, num_prompts: int, seed: int) -> dict[str, Any]:
+async def _ours(url: str, model: str, input_len: int, output_len: int, num_prompts: int) -> dict[str, Any]:
     wl = bench.Workload("crosscheck", "crosscheck", input_len, output_len, num_prompts, 1)
     async with httpx.AsyncClient() as client:
-        return await bench.run_workload(client, url, model, wl, seed=seed)
+        return await bench.run_workload(client, url, model, wl)
 
 
 def diff_table(ours: list[dict[str, Any]], theirs: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], str]:
@@ -79,10 +83,11 @@ def run_crosscheck(*, url: str, tokenizer: Path, vllm_python: Path, out: Path, i
                    output_len: int, num_prompts: int, rounds: int) -> list[dict[str, Any]]:
     model = httpx.get(url.rstrip("/") + "/v1/models", timeout=10).json()["data"][0]["id"]
     ours, theirs = [], []
+    seed_base = secrets.randbelow(1 << 30)  # fresh random prompts per run: no cache hits from earlier runs
     for r in range(rounds):
-        ours.append(asyncio.run(_ours(url, model, input_len, output_len, num_prompts, seed=r)))
+        ours.append(asyncio.run(_ours(url, model, input_len, output_len, num_prompts)))
         theirs.append(_vllm_bench(vllm_python=vllm_python, url=url, model=model, tokenizer=tokenizer,
-                                  input_len=input_len, output_len=output_len, num_prompts=num_prompts, seed=r))
+                                  input_len=input_len, output_len=output_len, num_prompts=num_prompts, seed=seed_base + r))
         print(f"round {r + 1}/{rounds}: ours ttft {ours[-1]['mean_ttft_ms']:.1f} ms tpot "
               f"{ours[-1]['mean_tpot_ms']:.2f} ms | vllm ttft {theirs[-1]['mean_ttft_ms']:.1f} ms tpot "
               f"{theirs[-1]['mean_tpot_ms']:.2f} ms", flush=True)

@@ -94,6 +94,7 @@ def write_bytes_atomic(path: Path, data: bytes) -> Path:
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     with os.fdopen(fd, "wb") as fh:
         fh.write(data)
+    os.chmod(tmp, 0o644)  # mkstemp makes 0600; evidence is committed and shipped
     os.replace(tmp, path)
     return path
 

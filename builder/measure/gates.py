@@ -23,6 +23,7 @@ from builder.constants import GATE_NAMES, REPO_ROOT
 from builder.errors import GateFailed, MeasureError
 from builder.measure.core import bench
 from builder.measure.evidence import GateEvidence, ServerInfo, now, write_json_atomic
+from builder.measure.report import make_console
 from builder.measure.server import probe
 from builder.measure.settings import Expectations, GateSettings, Probe, RecallTask, load_expectations
 
@@ -274,7 +275,7 @@ async def run_gates_async(
     only: list[str] | None = None, console: Console | None = None,
 ) -> list[GateEvidence]:
     """Run the gates against `url`, writing one evidence file per gate into `out_dir`."""
-    console = console or Console()
+    console = console or make_console()
     expectations = load_expectations(settings.expectations)
     names = only or list(GATE_NAMES)
     unknown = sorted(set(names) - set(GATES))
@@ -315,7 +316,7 @@ def run_gates(
     only: list[str] | None = None,
 ) -> list[GateEvidence]:
     """Run the gates, print the table, and raise GateFailed when a required gate failed."""
-    console = Console()
+    console = make_console()
     results = asyncio.run(run_gates_async(
         url=url, target=target, settings=settings, config_digest=config_digest,
         out_dir=out_dir, only=only, console=console,

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import io
+import sys
 from typing import Any
 
+from rich.console import Console
 from rich.table import Table
 
 from builder.measure.evidence import BenchEvidence
@@ -24,6 +26,11 @@ _COLUMNS = (
     ("decode tok/s/req", "mean_decode_tok_s", "{:,.1f}"),
     ("wall s", "duration", "{:,.2f}"),
 )
+
+
+def make_console() -> Console:
+    """Rich falls back to 80 columns off a terminal, which truncates the tables in CI logs."""
+    return Console() if sys.stdout.isatty() else Console(width=200)
 
 
 def _cells(r: BenchEvidence) -> list[str]:

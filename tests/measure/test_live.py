@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import secrets
 
 import httpx
 import pytest
@@ -32,7 +33,7 @@ def test_streamed_request_has_vllm_timings_and_usage():
     async def go():
         async with httpx.AsyncClient() as client:
             model, _ = await bench._served_model(client, URL)
-            prompt = await bench.make_prompt(client, URL, model, 200, seed=1)
+            prompt = await bench.make_prompt(client, URL, model, 200, tag=secrets.token_hex(4))
             out = await bench.stream_request(client, URL, model, bench.RequestSpec(max_tokens=12, prompt=prompt))
             samples = await bench.scrape(client, URL)
             return out, samples

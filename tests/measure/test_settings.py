@@ -17,8 +17,8 @@ def test_shipped_expectation_file_loads_with_ten_battery_tasks():
 
 def test_defaults_resolve_from_the_config(target_data):
     data = target_data("h200")
-    data["gates"] = {"expectations": "smollm2-135m-instruct"}
     s = gate_settings(parse_config(data, source="test"))
+    assert s.expectations == "qwen3.8-flash-next"  # from model.served_name
     assert s.needle_tokens == 131072  # the seed bundle's 128K, under a 262144 context
     assert s.prefix_tokens == 2048
     assert s.kv_pool_floor_tokens == 262144  # one full-context request
@@ -32,7 +32,8 @@ def test_needle_longer_than_context_is_a_config_error_naming_the_field(target_da
 
 
 def test_missing_expectation_file_names_the_fix(target_data):
-    data = target_data("h200")  # served_name qwen3.8-flash-next has no file yet
+    data = target_data("h200")
+    data["model"]["served_name"] = "no-such-model"
     with pytest.raises(ConfigError, match="gates.expectations"):
         gate_settings(parse_config(data, source="test"))
 
