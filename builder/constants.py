@@ -32,3 +32,20 @@ CHECKSUMS_NAME = "CHECKSUMS.sha256"
 ENV_HF_TOKEN = "HF_TOKEN"
 ENV_CACHE_DIR = "QFN_CACHE_DIR"
 ENV_REPO_ROOT = "QFN_REPO_ROOT"
+
+# --- publish (Hugging Face Hub) ---
+#: Gates a release must carry evidence for; a missing or failed one blocks publishing.
+#: Names match builder.measure's gate names (evidence/<gate>.json).
+PUBLISH_REQUIRED_GATES = ("golden_probes", "battery", "determinism", "needle", "prefix_cache", "kv_pool")
+#: The bundle's own manifest (target, version, engine, ...) read for the commit message and tag.
+BUNDLE_MANIFEST_NAME = "bundle.json"
+#: Model card metadata keys the Hub needs to list the release correctly.
+CARD_REQUIRED_KEYS = ("library_name", "base_model", "license")
+#: Tag added to the card metadata of a release published with --allow-failed-gates.
+CARD_FAILED_GATES_TAG = "unverified-quality-gates"
+#: Retry policy for transient Hub errors (5xx, 429, connection errors): attempts and backoff seconds.
+PUBLISH_RETRY_ATTEMPTS = 5
+PUBLISH_RETRY_INITIAL_S = 2.0
+PUBLISH_RETRY_MAX_S = 30.0
+#: Standard token places (read through huggingface_hub.get_token, never printed or stored).
+ENV_HF_HUB_OFFLINE = "HF_HUB_OFFLINE"
