@@ -46,7 +46,7 @@ def publish_cmd(
     repo: str = typer.Option(..., "--repo", help="Hub model repo, 'org/name'."),
     revision: str = typer.Option("main", "--revision", help="Branch to commit to (created when absent)."),
     private: bool = typer.Option(False, "--private", help="Create the repo private (an existing repo keeps its visibility)."),
-    tag: str | None = typer.Option(None, "--tag", help="Tag for the commit [default: the bundle version]."),
+    tag: str | None = typer.Option(None, "--tag", help="Tag for the commit (default: the bundle version)."),
     yes: bool = typer.Option(False, "--yes", help="Upload. Without it, only the plan is printed (dry run)."),
     allow_failed_gates: bool = typer.Option(
         False, "--allow-failed-gates", help="Publish despite missing or failed gates; the model card then says so at the top."
