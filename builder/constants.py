@@ -37,8 +37,6 @@ ENV_REPO_ROOT = "QFN_REPO_ROOT"
 #: Gates a release must carry evidence for; a missing or failed one blocks publishing.
 #: Names match builder.measure's gate names (evidence/<gate>.json).
 PUBLISH_REQUIRED_GATES = ("golden_probes", "battery", "determinism", "needle", "prefix_cache", "kv_pool")
-#: The bundle's own manifest (target, version, engine, ...) read for the commit message and tag.
-BUNDLE_MANIFEST_NAME = "bundle.json"
 #: Model card metadata keys the Hub needs to list the release correctly.
 CARD_REQUIRED_KEYS = ("library_name", "base_model", "license")
 #: Tag added to the card metadata of a release published with --allow-failed-gates.

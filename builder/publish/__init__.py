@@ -11,11 +11,12 @@ from huggingface_hub import HfApi
 from rich.console import Console
 
 from builder import constants
+from builder.bundle.assemble import BUNDLE_EVIDENCE
 from builder.publish.gates import assess_gates, refuse_unless_passed
 from builder.publish.hub import Hub, require_token, token_source, upload
 from builder.publish.models import PublishPlan, PublishRequest
 from builder.publish.plan import make_plan, show_plan
-from builder.publish.stage import read_release, upload_source, verified
+from builder.publish.stage import upload_source, verified
 
 __all__ = ["PublishPlan", "PublishRequest", "publish"]
 
@@ -34,9 +35,8 @@ def publish(
     """
     console = console or Console()
     bundle_dir: Path = request.bundle_dir
-    verified(bundle_dir)
-    release = read_release(bundle_dir)
-    report = assess_gates(evidence_dir=bundle_dir / "evidence")
+    release = verified(bundle_dir)
+    report = assess_gates(evidence_dir=bundle_dir / BUNDLE_EVIDENCE)
     refuse_unless_passed(report, allow_failed=request.allow_failed_gates)
     with upload_source(bundle_dir, report=report) as source_dir:
         plan = make_plan(request=request, release=release, source_dir=source_dir, report=report, token_source=token_source())

@@ -8,6 +8,7 @@ from huggingface_hub.utils import HFValidationError, validate_repo_id
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from builder import constants
+from builder.bundle import BundleManifest
 from builder.errors import PublishError
 
 
@@ -46,15 +47,6 @@ class PublishRequest(BaseModel):
             raise PublishError(f"{option}: {first['msg']}", hint="see `builder publish --help`") from exc
 
 
-class ReleaseInfo(BaseModel):
-    """The part of the bundle's bundle.json the publish step needs; the rest is carried along."""
-
-    model_config = ConfigDict(extra="allow", frozen=True)
-
-    target: str = Field(min_length=1)
-    version: str = Field(min_length=1)
-
-
 class GateStatus(BaseModel):
     """One gate as publish sees it."""
 
@@ -90,7 +82,7 @@ class PublishPlan(BaseModel):
     revision: str
     private: bool
     tag: str
-    release: ReleaseInfo
+    release: BundleManifest
     files: list[PlannedFile]
     commit_message: str
     commit_description: str

@@ -8,16 +8,18 @@ from rich.console import Console
 from rich.table import Table
 
 from builder import constants
-from builder.publish.models import GateReport, PublishPlan, PublishRequest, ReleaseInfo
-from builder.publish.stage import list_files, sha256_file
+from builder.bundle import BundleManifest
+from builder.bundle.checksums import sha256_file
+from builder.publish.models import GateReport, PublishPlan, PublishRequest
+from builder.publish.stage import planned_files
 
 
-def make_plan(*, request: PublishRequest, release: ReleaseInfo, source_dir: Path, report: GateReport, token_source: str | None) -> PublishPlan:
+def make_plan(*, request: PublishRequest, release: BundleManifest, source_dir: Path, report: GateReport, token_source: str | None) -> PublishPlan:
     checksums = sha256_file(source_dir / constants.CHECKSUMS_NAME)
     bundle_checksums = sha256_file(request.bundle_dir / constants.CHECKSUMS_NAME)
     card_modified = source_dir != request.bundle_dir
     description = [
-        f"Release bundle of qfn-int8kv for target {release.target}, version {release.version}.",
+        f"Release bundle of qfn-int8kv for target {release.target}, version {release.bundle_version}.",
         f"{constants.CHECKSUMS_NAME} sha256: {checksums}; check a download with `sha256sum -c --strict {constants.CHECKSUMS_NAME}`.",
         "Gates: " + ", ".join(f"{g.gate}={g.verdict}" for g in report.gates) + ".",
     ]
@@ -30,10 +32,10 @@ def make_plan(*, request: PublishRequest, release: ReleaseInfo, source_dir: Path
         repo=request.repo,
         revision=request.revision,
         private=request.private,
-        tag=request.tag or release.version,
+        tag=request.tag or release.bundle_version,
         release=release,
-        files=list_files(source_dir),
-        commit_message=f"Release {release.target} {release.version} ({constants.CHECKSUMS_NAME} sha256:{checksums})",
+        files=planned_files(source_dir),
+        commit_message=f"Release {release.target} {release.bundle_version} ({constants.CHECKSUMS_NAME} sha256:{checksums})",
         commit_description="\n\n".join(description),
         checksums_sha256=checksums,
         bundle_checksums_sha256=bundle_checksums,
@@ -66,7 +68,7 @@ def show_plan(plan: PublishPlan, *, console: Console) -> None:
     summary.add_row("revision", plan.revision)
     summary.add_row("tag", plan.tag)
     summary.add_row("commit message", plan.commit_message)
-    summary.add_row("target / version", f"{plan.release.target} / {plan.release.version}")
+    summary.add_row("target / version", f"{plan.release.target} / {plan.release.bundle_version}")
     summary.add_row("model card", "[red]failed-gates warning added at publish time[/]" if plan.card_modified else "as built")
     summary.add_row("stale remote files", "deleted in the same commit (listed at upload time)")
     summary.add_row("token", plan.token_source or "[red]none found[/]: run `hf auth login` or set HF_TOKEN before --yes")

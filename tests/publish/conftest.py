@@ -69,7 +69,17 @@ def make_bundle(root: Path, *, gates: dict[str, dict[str, Any]] | None = None, c
         "benchmark_vllm.py": "print('bench')\n",
         "evidence/bench-decode.json": json.dumps({"workload": "decode", "output_throughput": 13.4}),
         constants.BUNDLE_MANIFEST_NAME: json.dumps(
-            {"target": "gb10", "version": "0.3.1", "engine": "vllm 0.33.0", "kv_cache_dtype": "int8_per_token_head"}
+            {
+                "schema_version": 1,
+                "target": "gb10",
+                "bundle_version": "0.3.1",
+                "engine_profile": "upstream-0.33.0",
+                "engine_version": "0.33.0",
+                "kv_cache_dtype": "int8_per_token_head",
+                "config_digest": "sha256:" + "d" * 64,
+                "patch_series_sha256": "e" * 64,
+                "created": "2026-11-29T10:00:00Z",
+            }
         ),
     }
     all_gates = {name: gate_file(name) for name in constants.PUBLISH_REQUIRED_GATES}
