@@ -22,9 +22,9 @@ test: $(STAMP)
 clean:
 	rm -rf $(VENV) dist
 
-# Publish dist/$(TARGET) to the Hub: a dry run that prints the plan unless YES=1.
-# make publish TARGET=gb10 REPO=org/name [YES=1]
+# Publish the bundle of $(TARGET) to the Hub: a dry run that prints the plan unless YES=1.
+# make publish TARGET=gb10 REPO=org/name [YES=1] [PUBLISH_ARGS="--revision b --tag t --private --allow-failed-gates"]
 .PHONY: publish
 publish: $(STAMP)
 	@test -n "$(REPO)" || { echo "make publish: set REPO=org/name" >&2; exit 2; }
-	$(BIN)/builder publish dist/$(TARGET) --repo $(REPO) $(if $(YES),--yes)
+	$(BIN)/builder publish $(or $(OUT),dist/$(TARGET)) --repo $(REPO) $(if $(YES),--yes) $(PUBLISH_ARGS)

@@ -128,7 +128,8 @@ def upload(hub: Hub, *, plan: PublishPlan, source_dir: Path) -> Any:
     The tag is checked before anything is written, so a re-publish of a version fails without
     touching the repo; the tag points at the commit made here, not at whatever the branch head is.
     """
-    hub.call(f"create repo {plan.repo}", "create_repo", plan.repo, repo_type=REPO_TYPE, private=plan.private, exist_ok=True)
+    # private=None (not False) leaves a new repo at the namespace's default visibility.
+    hub.call(f"create repo {plan.repo}", "create_repo", plan.repo, repo_type=REPO_TYPE, private=plan.private or None, exist_ok=True)
     refs = hub.call("list branches and tags", "list_repo_refs", plan.repo, repo_type=REPO_TYPE)
     if any(ref.name == plan.tag for ref in refs.tags):
         raise PublishError(

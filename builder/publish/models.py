@@ -20,7 +20,7 @@ class PublishRequest(BaseModel):
     bundle_dir: Path = Field(description="A bundle directory written by `builder bundle`.")
     repo: str = Field(description="Hub model repo, 'org/name'.")
     revision: str = Field(default="main", min_length=1, description="Branch to commit to; created when absent.")
-    private: bool = Field(default=False, description="Create the repo private (an existing repo keeps its visibility).")
+    private: bool = Field(default=False, description="Create the repo private; otherwise a new repo gets the namespace default. An existing repo keeps its visibility.")
     tag: str | None = Field(default=None, min_length=1, description="Tag for the commit; default: the bundle version.")
     yes: bool = Field(default=False, description="Upload; without it only the plan is printed.")
     allow_failed_gates: bool = Field(default=False, description="Publish despite missing or failed gates, with a warning card.")

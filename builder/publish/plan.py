@@ -64,7 +64,7 @@ def show_plan(plan: PublishPlan, *, console: Console) -> None:
     summary = Table(title="Publish plan", title_justify="left", show_header=False)
     summary.add_column("what", style="bold")
     summary.add_column("value", overflow="fold")
-    summary.add_row("repo", f"https://huggingface.co/{plan.repo} (model, {'private' if plan.private else 'public'} if created)")
+    summary.add_row("repo", f"https://huggingface.co/{plan.repo} (model; if created: {'private' if plan.private else 'the namespace default visibility'})")
     summary.add_row("revision", plan.revision)
     summary.add_row("tag", plan.tag)
     summary.add_row("commit message", plan.commit_message)

@@ -49,7 +49,7 @@ def test_upload_sends_exactly_the_bundle_in_one_commit_then_tags_it(bundle, hub)
     assert hub.tokens == [FAKE_TOKEN]
     assert api.methods == ["create_repo", "list_repo_refs", "list_repo_files", "create_commit", "create_tag"]
     repo = "qfn/Qwen3.8-Flash-Next-INT8KV"
-    assert api.calls[0] == ("create_repo", (repo,), {"repo_type": "model", "private": False, "exist_ok": True})
+    assert api.calls[0] == ("create_repo", (repo,), {"repo_type": "model", "private": None, "exist_ok": True})
     assert api.calls[2] == ("list_repo_files", (repo,), {"revision": "main", "repo_type": "model"})
     _, _, commit_kwargs = api.calls[3]
     assert commit_kwargs["commit_message"] == plan.commit_message
