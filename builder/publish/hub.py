@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import httpx2
 from huggingface_hub import CommitOperationAdd, CommitOperationDelete, get_token
@@ -18,7 +18,6 @@ from builder import constants
 from builder.errors import PublishAuthError, PublishError, PublishNetworkError, PublishPermissionError
 from builder.publish.models import PublishPlan
 
-T = TypeVar("T")
 REPO_TYPE = "model"
 #: Files the Hub creates in every repo; never deleted as stale.
 HUB_OWNED = frozenset({".gitattributes"})
@@ -50,9 +49,19 @@ def is_transient(exc: BaseException) -> bool:
 
 
 class Hub:
-    """One HfApi client plus the retry policy; each method is one Hub operation of the upload."""
+    """One HfApi client plus the retry policy; `call` runs one Hub operation and names it in errors."""
 
-    def __init__(self, api: Any, *, repo: str, console: Console, sleep: Callable[[float], None], attempts: int, initial_s: float, max_s: float) -> None:
+    def __init__(
+        self,
+        api: Any,
+        *,
+        repo: str,
+        console: Console,
+        sleep: Callable[[float], None],
+        attempts: int,
+        initial_s: float,
+        max_s: float,
+    ) -> None:
         self._api = api
         self._repo = repo
         self._console = console
@@ -93,11 +102,14 @@ class Hub:
             detail = f" ({exc.server_message})" if exc.server_message else ""
             # The Hub answers 401 both for a bad token and for a repo the token cannot see; the
             # library tells them apart (RepositoryNotFoundError), so a "not found" is a permission problem.
-            if isinstance(exc, RepositoryNotFoundError) or status == 403:
+            write_hint = "use a token with write access to that namespace (fine-grained: 'write' on the repo or org)"
+            if isinstance(exc, RepositoryNotFoundError):
                 return PublishPermissionError(
-                    f"the token may not write to {repo}, or cannot see it ({status}), while trying to {what}{detail}",
-                    hint="use a token with write access to that namespace (fine-grained: 'write' on the repo or org)",
+                    f"{repo} is not visible to this token ({status}) while trying to {what}: it is missing or private to others",
+                    hint=write_hint,
                 )
+            if status == 403:
+                return PublishPermissionError(f"the token may not write to {repo} (403) while trying to {what}{detail}", hint=write_hint)
             if status == 401:
                 return PublishAuthError(f"the Hub rejected the token (401) while trying to {what}{detail}", hint=LOGIN_HINT)
             if is_transient(exc):

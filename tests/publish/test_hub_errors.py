@@ -10,6 +10,7 @@ from pathlib import Path
 import httpx2
 import pytest
 from huggingface_hub import HfApi
+from huggingface_hub.errors import OfflineModeIsEnabled
 from rich.console import Console
 
 from builder import constants
@@ -62,7 +63,7 @@ def test_persistent_503_gives_a_network_error_after_every_attempt(bundle, hub):
     [
         (http_error(403, message="You don't have the rights to create a model under the namespace \"qfn\""), PublishPermissionError, "may not write to qfn/release"),
         (http_error(401, message="Invalid credentials in Authorization header"), PublishAuthError, "rejected the token"),
-        (http_error(401, url="https://huggingface.co/api/models/qfn/release/commit/main"), PublishPermissionError, "cannot see it"),
+        (http_error(401, url="https://huggingface.co/api/models/qfn/release/commit/main"), PublishPermissionError, "not visible to this token"),
         (http_error(400, message="Invalid tag name"), PublishError, "refused to create repo"),
     ],
 )
@@ -74,6 +75,14 @@ def test_client_errors_are_not_retried_and_say_what_to_fix(bundle, hub, error, k
     assert type(info.value) is kind
     assert hub.api.methods == ["create_repo"] and sleeps == []
     assert FAKE_TOKEN not in str(info.value) + (info.value.hint or "")
+
+
+def test_offline_mode_is_named_and_not_retried(bundle, hub):
+    hub.api.fail["create_repo"] = [OfflineModeIsEnabled("HF_HUB_OFFLINE=1")]
+    sleeps: list[float] = []
+    with pytest.raises(PublishNetworkError, match="offline mode") as info:
+        upload(bundle, hub, sleeps=sleeps)
+    assert "HF_HUB_OFFLINE" in info.value.hint and sleeps == [] and hub.api.methods == ["create_repo"]
 
 
 def test_permission_error_on_the_commit_stops_before_the_tag(bundle, hub):
