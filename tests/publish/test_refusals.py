@@ -116,3 +116,8 @@ def test_bad_options_name_the_option(bundle, field, value, option):
     fields = {"bundle_dir": bundle, "repo": "qfn/release", field: value}
     with pytest.raises(PublishError, match=f"^{option}"):
         PublishRequest.parse(**fields)
+
+
+def test_release_gates_are_gates_that_measure_runs():
+    """A renamed gate in builder.measure must not leave publish waiting for evidence never written."""
+    assert set(constants.PUBLISH_REQUIRED_GATES) <= set(constants.GATE_NAMES)
