@@ -51,5 +51,5 @@ def warn_failed_gates(card: ModelCard, *, report: GateReport, bundle_checksums_s
     if constants.CARD_FAILED_GATES_TAG not in tags:
         tags.append(constants.CARD_FAILED_GATES_TAG)
     marked.data.tags = tags
-    marked.text = notice + marked.text.lstrip("\n")
+    marked.text = "\n" + notice + marked.text.lstrip("\n")
     return marked
