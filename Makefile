@@ -21,3 +21,18 @@ test: $(STAMP)
 
 clean:
 	rm -rf $(VENV) dist
+
+# --- render, bundle, checksums (builder.render / builder.bundle) ---
+OUT ?= dist/$(TARGET)
+RENDER_OUT ?= dist/render/$(TARGET)
+.PHONY: render
+
+bundle: $(STAMP)
+	$(BIN)/python -m builder bundle --target $(TARGET) --out $(OUT)
+
+render: $(STAMP)
+	$(BIN)/python -m builder render --target $(TARGET) --out $(RENDER_OUT)
+
+# Rerun whenever bundle/, evidence/, Dockerfile or docker/ change: the tests check the file.
+checksums: $(STAMP)
+	$(BIN)/python -m builder checksums
