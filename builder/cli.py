@@ -55,7 +55,7 @@ def render(
 ) -> None:
     """Render the launch script, launch/ENV.md and the model card of one target."""
     for path in render_step.render_to(target=target, out=out):
-        out_console.print(f"wrote {path}", highlight=False)
+        out_console.print(f"wrote {path}", highlight=False, soft_wrap=True)
 
 
 @app.command("bundle")
@@ -70,6 +70,7 @@ def bundle_cmd(
         f"[bold green]bundle[/] {result.path}: {len(result.files)} files, target {m.target}, "
         f"{m.engine_profile}, kv {m.kv_cache_dtype}\n  check it: python -m builder verify {result.path}",
         highlight=False,
+        soft_wrap=True,
     )
 
 
@@ -85,7 +86,7 @@ def verify(
     if as_json:
         typer.echo(report.model_dump_json(indent=2))
     elif report.ok:
-        out_console.print(f"[bold green]ok[/] {directory}: {report.checked} files match CHECKSUMS.sha256", highlight=False)
+        out_console.print(f"[bold green]ok[/] {directory}: {report.checked} files match CHECKSUMS.sha256", highlight=False, soft_wrap=True)
     else:
         table = Table(title=f"{directory}: differs from CHECKSUMS.sha256")
         table.add_column("problem", style="bold red")
@@ -100,7 +101,7 @@ def verify(
 def checksums() -> None:
     """Rewrite the repo's CHECKSUMS.sha256 over bundle/, evidence/, Dockerfile and docker/."""
     path = bundle_step.write_repo_checksums()
-    out_console.print(f"wrote {path} ({len(bundle_step.shipped_files())} files)", highlight=False)
+    out_console.print(f"wrote {path} ({len(bundle_step.shipped_files())} files)", highlight=False, soft_wrap=True)
 
 
 def main() -> None:
