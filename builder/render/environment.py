@@ -49,6 +49,12 @@ def shell_quote(value: object) -> str:
 
 
 _MD_CELL_BREAK = re.compile(r"\s*\n\s*")
+_WHITESPACE = re.compile(r"\s+")
+
+
+def one_line(value: object) -> str:
+    """Free text on one line, e.g. inside a shell comment, where a newline would start code."""
+    return _WHITESPACE.sub(" ", str(value)).strip()
 
 
 def env_escape(value: object) -> str:
@@ -78,7 +84,7 @@ def make_environment(
         trim_blocks=True,
         lstrip_blocks=True,
     )
-    env.filters.update(shell_quote=shell_quote, env_escape=env_escape, md_code=md_code)
+    env.filters.update(shell_quote=shell_quote, env_escape=env_escape, md_code=md_code, one_line=one_line)
     return env
 
 

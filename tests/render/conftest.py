@@ -46,16 +46,16 @@ def model_dir(tmp_path) -> Path:
     return d
 
 
-def run_script(script: Path, *args: str, **env: str) -> subprocess.CompletedProcess:
+def run_script(script: Path, *args: str, cwd: Path | None = None, **env: str) -> subprocess.CompletedProcess:
     base = {k: v for k, v in os.environ.items() if k not in ("MODEL_DIR", "DRY_RUN")}
     return subprocess.run(
-        ["bash", str(script), *args], env={**base, **env}, capture_output=True, text=True, timeout=30
+        ["bash", str(script), *args], env={**base, **env}, cwd=cwd, capture_output=True, text=True, timeout=30
     )
 
 
-def dry_run(script: Path, model_dir: Path, *args: str) -> tuple[list[list[str]], list[str]]:
+def dry_run(script: Path, model_dir: Path, *args: str, cwd: Path | None = None) -> tuple[list[list[str]], list[str]]:
     """The printed export lines (as words) and the printed command (as argv)."""
-    proc = run_script(script, *args, MODEL_DIR=str(model_dir), DRY_RUN="1")
+    proc = run_script(script, *args, cwd=cwd, MODEL_DIR=str(model_dir), DRY_RUN="1")
     assert proc.returncode == 0, proc.stderr
     lines = [shlex.split(line) for line in proc.stdout.splitlines()]
     exports = [w for w in lines if w and w[0] == "export"]

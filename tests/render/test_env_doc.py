@@ -5,7 +5,7 @@ from __future__ import annotations
 import jinja2
 import pytest
 
-from builder.render import env_escape, make_environment, md_code, shell_quote
+from builder.render import env_escape, make_environment, md_code, one_line, shell_quote
 from builder.render.environment import render_template
 from builder.errors import RenderError
 
@@ -29,6 +29,7 @@ def test_filters():
     assert md_code("a`b") == "``a`b``"
     assert md_code("`a") == "`` `a ``"
     assert shell_quote("it's") == "'it'\"'\"'s'"
+    assert one_line(" a\n\tb  c ") == "a b c"
 
 
 def test_strict_undefined_and_template_only_loader(tmp_path):

@@ -116,3 +116,15 @@ def test_bad_env_name_is_refused(target_data):
     cfg = parse_config(data, source="x")
     with pytest.raises(RenderError, match="server.extra_env"):
         render_launch(cfg=cfg, plan=launch_plan(cfg))
+
+
+def test_free_text_cannot_escape_a_comment(target_data, tmp_path, model_dir):
+    data = target_data("h200")
+    data["target"]["description"] = "x86\ntouch PWNED"
+    data["model"]["served_name"] = "name\ntouch PWNED2"
+    cfg = parse_config(data, source="x")
+    script = tmp_path / "run.sh"
+    script.write_text(render_launch(cfg=cfg, plan=launch_plan(cfg))["launch/run_qsa_int8kv.sh"])
+    assert "# name touch PWNED2 with int8_per_token_head KV cache on h200: x86 touch PWNED\n" in script.read_text()
+    assert run_script(script, cwd=tmp_path, MODEL_DIR=str(model_dir), DRY_RUN="1").returncode == 0
+    assert not list(tmp_path.glob("PWNED*"))
