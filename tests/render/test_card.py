@@ -85,3 +85,10 @@ def test_files_are_listed_with_their_role(tmp_path):
     assert "| `launch/run_qsa_int8kv.sh` | launch recipe;" in files
     assert "| `patches/series` | order in which the patches apply |" in files
     assert "| `evidence/bench-a.json` | benchmark result" in files
+
+
+def test_plan_warnings_are_caveats(tmp_path):
+    cfg, text = _card(tmp_path)
+    warnings = launch_plan(cfg).warnings
+    assert warnings
+    assert all(w in _section(text, "Caveats") for w in warnings)

@@ -21,6 +21,8 @@ def test_env_doc_lists_every_variable_and_kv_flag_with_its_reason(rendered):
     for r in plan.required:
         assert f"`{r.env}`" in doc
     assert "`DRY_RUN`" in doc
+    for w in plan.warnings:
+        assert f"- {env_escape(w)}" in doc
 
 
 def test_filters():

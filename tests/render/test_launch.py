@@ -52,11 +52,12 @@ def test_dry_run_flags_per_target(rendered, model_dir):
         # The fork spells PLE offload as env vars and has no engram override.
         assert env["VLLM_PLE_CPU_OFFLOAD"] == "1" and env["VLLM_PLE_MMAP_TABLE"] == "1"
         assert env["VLLM_PLE_OFFLOAD_READY_TIMEOUT"] == "1800"
-        assert "--hf-overrides" not in argv
+        assert "--engram-config" not in argv
         assert _flag_value(argv, "--kv-cache-dtype") == "fp8_e4m3"
     else:
-        engram = json.loads(_flag_value(argv, "--hf-overrides"))["engram_config"]
-        assert engram == {"cpu_offload": True, "mmap_table": True, "ready_timeout_s": 1800}
+        # Upstream 0.33.0 reads PLE offload from --engram-config and has only the engine-wide timeout.
+        assert json.loads(_flag_value(argv, "--engram-config")) == {"cpu_offload": True}
+        assert env["VLLM_ENGINE_READY_TIMEOUT_S"] == "1800"
         assert not any(k.startswith("VLLM_PLE_") for k in env)
         assert _flag_value(argv, "--kv-cache-dtype") == "int8_per_token_head"
     if name.startswith("gb10"):
@@ -128,3 +129,12 @@ def test_free_text_cannot_escape_a_comment(target_data, tmp_path, model_dir):
     assert "# name touch PWNED2 with int8_per_token_head KV cache on h200: x86 touch PWNED\n" in script.read_text()
     assert run_script(script, cwd=tmp_path, MODEL_DIR=str(model_dir), DRY_RUN="1").returncode == 0
     assert not list(tmp_path.glob("PWNED*"))
+
+
+@pytest.mark.parametrize("rendered", ["gb10"], indirect=True)
+def test_plan_warnings_are_printed_at_launch(rendered, model_dir):
+    _, _, plan, script, doc = rendered
+    assert plan.warnings, "gb10 on upstream 0.33.0 has a known PLE mmap gap"
+    proc = run_script(script, MODEL_DIR=str(model_dir), DRY_RUN="1")
+    for w in plan.warnings:
+        assert f"warning: {w}" in proc.stderr
