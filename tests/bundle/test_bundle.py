@@ -131,3 +131,12 @@ def test_symlink_in_sources_is_refused(tmp_path, sources, quiet):
     with pytest.raises(BundleError, match="symlink"):
         build_bundle(target="gb10", out=out, sources=sources, console=quiet)
     assert not out.exists()
+
+
+def test_cli_errors_exit_with_their_codes(tmp_path, run_cli):
+    code, _, err = run_cli("bundle", "--target", "gb11", "--out", str(tmp_path / "x"))
+    assert code == 2 and "not found" in err and not (tmp_path / "x").exists()
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "a.txt").write_text("a")
+    code, _, err = run_cli("bundle", "--target", "h200", "--out", str(tmp_path / "mine"))
+    assert code == BundleError.exit_code == 4 and "refusing to overwrite" in " ".join(err.split())
