@@ -43,7 +43,7 @@ def is_excluded(rel: PurePosixPath) -> bool:
 def list_files(
     root: Path, *, exclude_caches: bool = True, symlink_error: type[BuilderError] = BundleError
 ) -> list[str]:
-    """Regular files under `root` as sorted relative posix paths; a symlink anywhere is `symlink_error`."""
+    """Regular files under `root` as sorted relative posix paths; a symlink or special file is `symlink_error`."""
     out = []
     for dirpath, dirnames, filenames in os.walk(root):
         here = Path(dirpath)
@@ -58,6 +58,8 @@ def list_files(
                     hint="replace the link with the file it points to, or remove it",
                 )
             if name in filenames:
+                if not path.is_file():
+                    raise symlink_error(f"{path} is not a regular file (fifo, socket or device)", hint="remove it")
                 out.append(rel.as_posix())
         if exclude_caches:
             dirnames[:] = [d for d in dirnames if d not in EXCLUDED_NAMES]
