@@ -112,6 +112,11 @@ class Hub:
                 return PublishPermissionError(f"the token may not write to {repo} (403) while trying to {what}{detail}", hint=write_hint)
             if status == 401:
                 return PublishAuthError(f"the Hub rejected the token (401) while trying to {what}{detail}", hint=LOGIN_HINT)
+            if status == 412:
+                return PublishError(
+                    f"the branch moved on {repo} while trying to {what} (someone else pushed); nothing was committed",
+                    hint="re-run the publish to commit on top of the new head",
+                )
             if is_transient(exc):
                 return PublishNetworkError(
                     f"the Hub kept answering {status} while trying to {what}, after {self._attempts} attempts{detail}",
@@ -148,8 +153,12 @@ def upload(hub: Hub, *, plan: PublishPlan, source_dir: Path) -> Any:
             f"tag {plan.tag!r} already exists on {plan.repo}; nothing was uploaded",
             hint="bump the bundle version, or pass --tag with a new tag",
         )
-    if plan.revision not in {ref.name for ref in refs.branches}:
+    heads = {ref.name: ref.target_commit for ref in refs.branches}
+    if plan.revision not in heads:
         hub.call(f"create branch {plan.revision}", "create_branch", plan.repo, branch=plan.revision, repo_type=REPO_TYPE, exist_ok=True)
+    # The commit must land on the head whose files were listed, or its deletions could be wrong:
+    # the Hub refuses it (412) when the branch moved meanwhile. A new branch starts at main's head.
+    parent = heads.get(plan.revision) or heads.get("main")
     remote = hub.call(f"list files on {plan.revision}", "list_repo_files", plan.repo, revision=plan.revision, repo_type=REPO_TYPE)
     wanted = {f.path for f in plan.files}
     stale = sorted(set(remote) - wanted - HUB_OWNED)
@@ -166,6 +175,7 @@ def upload(hub: Hub, *, plan: PublishPlan, source_dir: Path) -> Any:
         commit_description=plan.commit_description,
         repo_type=REPO_TYPE,
         revision=plan.revision,
+        parent_commit=parent,
     )
     hub.call(f"tag {plan.tag}", "create_tag", plan.repo, tag=plan.tag, tag_message=plan.commit_message, revision=info.oid, repo_type=REPO_TYPE)
     return info

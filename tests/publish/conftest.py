@@ -107,6 +107,11 @@ def http_error(status: int, *, method: str = "POST", url: str = "https://hugging
     raise AssertionError(f"hf_raise_for_status did not raise for {status}")
 
 
+def head_of(branch: str) -> str:
+    """A distinct fake commit id per branch, so tests can tell which head a commit was based on."""
+    return hashlib.sha1(branch.encode()).hexdigest()
+
+
 @dataclass
 class Sent:
     """One create_commit operation as it reached the Hub client: kind, path and exact bytes."""
@@ -145,7 +150,7 @@ class FakeHfApi:
     def list_repo_refs(self, *args: Any, **kwargs: Any) -> GitRefs:
         self._record("list_repo_refs", args, kwargs)
         return GitRefs(
-            branches=[GitRefInfo(name=b, ref=f"refs/heads/{b}", target_commit="0" * 40) for b in self.branches],
+            branches=[GitRefInfo(name=b, ref=f"refs/heads/{b}", target_commit=head_of(b)) for b in self.branches],
             converts=[],
             tags=[GitRefInfo(name=t, ref=f"refs/tags/{t}", target_commit="0" * 40) for t in self.tags],
         )

@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
@@ -13,14 +12,11 @@ from builder import cli, constants
 from builder.errors import GatesNotPassed, PublishAuthError, PublishError, UnverifiedBundle
 from tests.publish.conftest import FAKE_TOKEN, gate_file, make_bundle
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
-
-
 def builder(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     base = {k: v for k, v in os.environ.items() if k != constants.ENV_HF_TOKEN}
     return subprocess.run(
         [sys.executable, "-m", "builder", *args],
-        cwd=REPO_ROOT,
+        cwd=constants.REPO_ROOT,
         env={**base, "COLUMNS": "200", **(env or {})},
         capture_output=True,
         text=True,

@@ -85,6 +85,15 @@ def test_offline_mode_is_named_and_not_retried(bundle, hub):
     assert "HF_HUB_OFFLINE" in info.value.hint and sleeps == [] and hub.api.methods == ["create_repo"]
 
 
+def test_a_branch_that_moved_under_the_commit_is_refused_not_retried(bundle, hub):
+    url = "https://huggingface.co/api/models/qfn/release/commit/main"
+    hub.api.fail["create_commit"] = [http_error(412, url=url, message="A commit has happened since")]
+    sleeps: list[float] = []
+    with pytest.raises(PublishError, match="branch moved on qfn/release while trying to commit") as info:
+        upload(bundle, hub, sleeps=sleeps)
+    assert "re-run" in info.value.hint and sleeps == [] and "create_tag" not in hub.api.methods
+
+
 def test_permission_error_on_the_commit_stops_before_the_tag(bundle, hub):
     hub.api.fail["create_commit"] = [http_error(403, url="https://huggingface.co/api/models/qfn/release/commit/main")]
     with pytest.raises(PublishPermissionError):

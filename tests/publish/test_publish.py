@@ -14,7 +14,7 @@ from builder import constants
 from builder.bundle import verify_bundle
 from builder.errors import PublishError
 from builder.publish import PublishRequest, publish
-from tests.publish.conftest import FAKE_TOKEN, gate_file, make_bundle
+from tests.publish.conftest import FAKE_TOKEN, gate_file, head_of, make_bundle
 
 
 def run(bundle: Path, hub, **options) -> tuple[object, str]:
@@ -54,6 +54,7 @@ def test_upload_sends_exactly_the_bundle_in_one_commit_then_tags_it(bundle, hub)
     _, _, commit_kwargs = api.calls[3]
     assert commit_kwargs["commit_message"] == plan.commit_message
     assert commit_kwargs["revision"] == "main" and commit_kwargs["repo_type"] == "model"
+    assert commit_kwargs["parent_commit"] == head_of("main")
     assert "gb10" in commit_kwargs["commit_description"] and plan.checksums_sha256 in commit_kwargs["commit_description"]
     # Exactly the bundle's bytes, every file, nothing else, nothing deleted.
     assert {s.path: s.data for s in api.sent} == bundle_files(bundle)
@@ -75,6 +76,7 @@ def test_new_branch_private_repo_custom_tag_and_stale_files(bundle, hub):
     assert api.calls[2][2] == {"branch": "gb10", "repo_type": "model", "exist_ok": True}
     assert [s.path for s in api.sent if s.kind == "delete"] == ["evidence/old-gate.json"]
     assert api.calls[4][2]["revision"] == "gb10"
+    assert api.calls[4][2]["parent_commit"] == head_of("main"), "a new branch starts at main's head"
     assert api.calls[5][2]["tag"] == "gb10-v0.3.1"
 
 
@@ -108,3 +110,10 @@ def test_allow_failed_gates_uploads_a_reverified_copy_with_a_warning_card(tmp_pa
     assert plan.card_modified and plan.bundle_checksums_sha256 in hub.api.calls[3][2]["commit_description"]
     assert plan.checksums_sha256 == hashlib.sha256(sent[constants.CHECKSUMS_NAME]).hexdigest()
     assert "failed-gates warning" in out
+
+
+def test_existing_branch_commit_is_based_on_its_own_head(bundle, hub):
+    hub.api.branches = ["main", "gb10"]
+    run(bundle, hub, yes=True, revision="gb10")
+    assert "create_branch" not in hub.api.methods
+    assert hub.api.calls[3][2]["parent_commit"] == head_of("gb10")
