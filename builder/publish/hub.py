@@ -114,8 +114,9 @@ class Hub:
                 return PublishAuthError(f"the Hub rejected the token (401) while trying to {what}{detail}", hint=LOGIN_HINT)
             if status == 412:
                 return PublishError(
-                    f"the branch moved on {repo} while trying to {what} (someone else pushed); nothing was committed",
-                    hint="re-run the publish to commit on top of the new head",
+                    f"the branch moved on {repo} while trying to {what}: someone pushed, or a retried attempt "
+                    "of this commit had already landed; this attempt committed nothing",
+                    hint=f"look at https://huggingface.co/{repo}/commits, then re-run to commit on top of the new head",
                 )
             if is_transient(exc):
                 return PublishNetworkError(
