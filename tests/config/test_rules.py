@@ -91,8 +91,11 @@ def test_build_refuses_base_without_digest(target_data):
 def test_ple_spelling_follows_engine(target_data):
     """Upstream reads PLE from the engram config; the fork preview reads VLLM_PLE_* env vars."""
     upstream = launch_plan(load_target("gb10"))
-    assert any(f.flag == "--hf-overrides" and "engram_config" in f.value for f in upstream.flags)
+    assert ("--engram-config", '{"cpu_offload":true}') in [(f.flag, f.value) for f in upstream.flags]
+    assert ("VLLM_ENGINE_READY_TIMEOUT_S", "1800") in [(e.name, e.value) for e in upstream.env]
     assert not any(e.name.startswith("VLLM_PLE_") for e in upstream.env)
+    # 0.33.0 cannot mmap the table: the plan says so instead of dropping the setting silently.
+    assert any("cannot memory-map the PLE table" in w for w in upstream.warnings)
 
     data = target_data("gb10")
     _set(data, "engine.profile", "vllm-fork-preview")
@@ -104,4 +107,5 @@ def test_ple_spelling_follows_engine(target_data):
     env = {e.name: e.value for e in fork.env}
     assert env["VLLM_PLE_CPU_OFFLOAD"] == "1" and env["VLLM_PLE_MMAP_TABLE"] == "1"
     assert env["VLLM_PLE_OFFLOAD_READY_TIMEOUT"] == "1800"
-    assert not any(f.flag == "--hf-overrides" for f in fork.flags)
+    assert not any(f.flag == "--engram-config" for f in fork.flags)
+    assert fork.warnings == []
