@@ -67,15 +67,28 @@ async def _ours(url: str, model: str, input_len: int, output_len: int, num_promp
 
 
 def diff_table(ours: list[dict[str, Any]], theirs: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], str]:
-    """Per key: the mean over rounds for each tool and our difference in %."""
+    """Per key: each tool's mean over rounds, our difference of the means, and the median and
+    range of the per-round differences (rounds are back to back, so they share background load)."""
     rows = []
     for key in KEYS:
         a = statistics.fmean(r[key] for r in ours)
         b = statistics.fmean(r[key] for r in theirs)
-        rows.append({"metric": key, "ours": a, "vllm_bench_serve": b, "diff_pct": (a - b) / b * 100 if b else None})
-    md = ["| metric | ours | vllm bench serve | ours vs vLLM |", "|---|---:|---:|---:|"]
-    md += [f"| {r['metric']} | {r['ours']:,.2f} | {r['vllm_bench_serve']:,.2f} | "
-           f"{'n/a' if r['diff_pct'] is None else format(r['diff_pct'], '+.1f') + '%'} |" for r in rows]
+        per_round = [(x[key] - y[key]) / y[key] * 100 for x, y in zip(ours, theirs) if y[key]]
+        rows.append({
+            "metric": key, "ours": a, "vllm_bench_serve": b, "diff_pct": (a - b) / b * 100 if b else None,
+            "per_round_diff_pct": per_round,
+            "median_round_diff_pct": statistics.median(per_round) if per_round else None,
+        })
+
+    def pct(v: float | None) -> str:
+        return "n/a" if v is None else f"{v:+.1f}%"
+
+    md = ["| metric | ours | vllm bench serve | diff of means | median per-round diff | per-round range |",
+          "|---|---:|---:|---:|---:|---:|"]
+    md += [f"| {r['metric']} | {r['ours']:,.2f} | {r['vllm_bench_serve']:,.2f} | {pct(r['diff_pct'])} | "
+           f"{pct(r['median_round_diff_pct'])} | "
+           f"{pct(min(r['per_round_diff_pct'], default=None))} .. {pct(max(r['per_round_diff_pct'], default=None))} |"
+           for r in rows]
     return rows, "\n".join(md)
 
 

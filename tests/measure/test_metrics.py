@@ -111,3 +111,14 @@ def test_suite_refuses_prefill_lengths_beyond_the_context():
     prefill = [w.input_len for w in suite if w.kind == "prefill"]
     assert prefill == [1024, 2048, 4096, 8128]
     assert {w.kind for w in suite} == {"prefill", "decode", "concurrent2", "concurrency"}
+
+
+def test_crosscheck_table_reports_difference_of_means_and_per_round_spread():
+    from builder.measure.crosscheck import KEYS, diff_table
+
+    ours = [{k: 110.0 for k in KEYS}, {k: 90.0 for k in KEYS}]
+    theirs = [{k: 100.0 for k in KEYS}, {k: 100.0 for k in KEYS}]
+    rows, md = diff_table(ours, theirs)
+    ttft = next(r for r in rows if r["metric"] == "mean_ttft_ms")
+    assert ttft["diff_pct"] == 0.0 and ttft["per_round_diff_pct"] == [10.0, -10.0]
+    assert "-10.0% .. +10.0%" in md
