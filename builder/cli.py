@@ -177,11 +177,14 @@ def gates(
     url: str | None = typer.Option(None, help="Server base URL; default http://127.0.0.1:<server.port>."),
     out: Path | None = typer.Option(None, help="Evidence directory; default evidence/<target>/."),
     only: list[str] | None = typer.Option(None, help="Run only these gates (repeatable)."),
+    server_log: Path | None = typer.Option(
+        None, help="Server startup log: KV pool size when /metrics lacks vllm:cache_config_info."
+    ),
 ) -> None:
     """Quality gates; writes evidence/<target>/<gate>.json and exits non-zero when a required gate fails."""
     from builder.measure.commands import gates_command
 
-    gates_command(target=target, url=url, out=out, only=only)
+    gates_command(target=target, url=url, out=out, only=only, server_log=server_log)
 
 
 def main() -> None:

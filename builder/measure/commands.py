@@ -8,6 +8,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from builder import config
 from builder.constants import EVIDENCE_DIR
+from builder.errors import MeasureError
 from builder.measure.bench import run_ab, run_bench
 from builder.measure.evidence import BenchEvidence, GateEvidence
 from builder.measure.gates import run_gates
@@ -18,12 +19,21 @@ def _default_url(cfg: config.ReleaseConfig) -> str:
     return f"http://127.0.0.1:{cfg.server.port}"
 
 
-def gates_command(*, target: str, url: str | None, out: Path | None, only: list[str] | None) -> list[GateEvidence]:
+def gates_command(
+    *, target: str, url: str | None, out: Path | None, only: list[str] | None, server_log: Path | None = None,
+) -> list[GateEvidence]:
     """`builder gates`: all (or `only`) gates against the target's server; raises GateFailed."""
     cfg = config.load_target(target)
+    log = None
+    if server_log is not None:
+        try:
+            log = server_log.read_text(errors="replace")
+        except OSError as exc:
+            raise MeasureError(f"--server-log {server_log}: {exc.strerror}", hint="pass a readable log file") from exc
     return run_gates(
         url=url or _default_url(cfg), target=cfg.target.name, settings=gate_settings(cfg),
         config_digest=config.config_digest(cfg), out_dir=out or EVIDENCE_DIR / cfg.target.name, only=only,
+        server_log=log,
     )
 
 

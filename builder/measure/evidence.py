@@ -24,6 +24,7 @@ class ServerInfo(BaseModel):
     max_model_len: int
     version: str = Field(description="vLLM version from GET /version.")
     kv_cache_dtype: str | None = Field(default=None, description="cache_dtype label of vllm:cache_config_info.")
+    kv_pool_tokens: int | None = Field(default=None, description="KV pool size in tokens from /metrics.")
 
 
 class GateEvidence(BaseModel):

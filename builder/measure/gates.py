@@ -49,6 +49,7 @@ class GateContext:
     server: ServerInfo
     settings: GateSettings
     expectations: Expectations
+    server_log: str | None = None
 
     async def chat(self, label: str, prompt: str, max_tokens: int) -> tuple[str, Exchange]:
         spec = bench.RequestSpec(
@@ -244,17 +245,20 @@ async def gate_prefix_cache(ctx: GateContext) -> GateOutcome:
 async def gate_kv_pool(ctx: GateContext) -> GateOutcome:
     s = ctx.settings
     samples = await ctx.metrics()
-    tokens = bench.kv_pool_tokens(samples)
+    tokens, source = bench.kv_pool_tokens(samples), "/metrics vllm:cache_config_info"
+    if tokens is None and ctx.server_log is not None:
+        tokens, source = bench.kv_pool_tokens_from_log(ctx.server_log), "server log 'KV cache size: N tokens'"
     if tokens is None:
-        raise MeasureError("/metrics has no vllm:cache_config_info with num_gpu_blocks and block_size",
-                           hint="use a vLLM that exports cache_config_info")
-    info = next(s_.labels for s_ in samples if s_.name == "vllm:cache_config_info")
+        raise MeasureError("neither /metrics (vllm:cache_config_info) nor a server log gives the KV pool size",
+                           hint="pass --server-log with the server's startup log")
+    info = next((s_.labels for s_ in samples if s_.name == "vllm:cache_config_info"), {})
     below_target = tokens < s.kv_pool_target_tokens
     return GateOutcome(
         verdict="pass" if tokens >= s.kv_pool_floor_tokens else "fail",
         summary=f"{tokens:,} tokens" + (" (below target)" if below_target else ""),
         thresholds={"floor_tokens": s.kv_pool_floor_tokens, "target_tokens": s.kv_pool_target_tokens},
-        observed={"kv_pool_tokens": tokens, "below_target": below_target, "cache_config_info": info},
+        observed={"kv_pool_tokens": tokens, "source": source, "below_target": below_target,
+                  "cache_config_info": info},
         exchanges=[],
     )
 
@@ -272,7 +276,7 @@ assert tuple(GATES) == GATE_NAMES
 
 async def run_gates_async(
     *, url: str, target: str, settings: GateSettings, config_digest: str, out_dir: Path,
-    only: list[str] | None = None, console: Console | None = None,
+    only: list[str] | None = None, server_log: str | None = None, console: Console | None = None,
 ) -> list[GateEvidence]:
     """Run the gates against `url`, writing one evidence file per gate into `out_dir`."""
     console = console or make_console()
@@ -284,7 +288,8 @@ async def run_gates_async(
     results = []
     async with httpx.AsyncClient() as client:
         server = await probe(client, url)
-        ctx = GateContext(client=client, server=server, settings=settings, expectations=expectations)
+        ctx = GateContext(client=client, server=server, settings=settings, expectations=expectations,
+                          server_log=server_log)
         with console.status("") as status:
             for name in names:
                 status.update(f"gate [bold]{name}[/] on {server.served_model} ({server.kv_cache_dtype} KV)")
@@ -313,13 +318,13 @@ def gate_table(results: list[GateEvidence]) -> Table:
 
 def run_gates(
     *, url: str, target: str, settings: GateSettings, config_digest: str, out_dir: Path,
-    only: list[str] | None = None,
+    only: list[str] | None = None, server_log: str | None = None,
 ) -> list[GateEvidence]:
     """Run the gates, print the table, and raise GateFailed when a required gate failed."""
     console = make_console()
     results = asyncio.run(run_gates_async(
         url=url, target=target, settings=settings, config_digest=config_digest,
-        out_dir=out_dir, only=only, console=console,
+        out_dir=out_dir, only=only, server_log=server_log, console=console,
     ))
     console.print(gate_table(results))
     failed = [ev.gate for ev in results if ev.required and ev.verdict == "fail"]

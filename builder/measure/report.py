@@ -53,7 +53,9 @@ def bench_markdown(results: list[BenchEvidence], *, title: str) -> str:
         f"# {title}",
         "",
         f"Server: `{first.server.url}` serving `{first.server.served_model}` on vLLM {first.server.version}, "
-        f"KV cache dtype `{first.server.kv_cache_dtype}`, max_model_len {first.server.max_model_len}. "
+        f"KV cache dtype `{first.server.kv_cache_dtype}`"
+        + (f" (pool {first.server.kv_pool_tokens:,} tokens)" if first.server.kv_pool_tokens else "")
+        + f", max_model_len {first.server.max_model_len}. "
         f"Config digest `{first.config_digest}`. Measured {first.created:%Y-%m-%d %H:%M} UTC.",
         "",
         "Definitions follow `vllm bench serve`: TTFT to the first streamed choice, TPOT = (E2EL - TTFT) / "

@@ -28,5 +28,5 @@ async def probe(client: httpx.AsyncClient, url: str) -> ServerInfo:
     dtype = next((s.labels.get("cache_dtype") for s in samples if s.name == "vllm:cache_config_info"), None)
     return ServerInfo(
         url=base, served_model=models[0]["id"], max_model_len=int(models[0].get("max_model_len") or 0),
-        version=version, kv_cache_dtype=dtype,
+        version=version, kv_cache_dtype=dtype, kv_pool_tokens=bench.kv_pool_tokens(samples),
     )
