@@ -541,7 +541,9 @@ async def _background(client: httpx.AsyncClient, arm: Arm, stop: asyncio.Event, 
     async def loop(i: int) -> None:
         spec = RequestSpec(max_tokens=64, prompt=f"[bg {i}] " + " ".join(_VOCAB))
         while not stop.is_set():
-            await stream_request(client, arm.base_url, arm.model, spec)
+            out = await stream_request(client, arm.base_url, arm.model, spec)
+            if not out.success:
+                await asyncio.sleep(1)  # do not hammer a failing server; the measured request reports it
 
     await asyncio.gather(*(loop(i) for i in range(streams)))
 

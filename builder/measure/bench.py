@@ -103,10 +103,13 @@ def run_ab(
             arms = [bench.Arm(lbl, s.url, s.served_model) for lbl, s in zip((label_a, label_b), servers)]
             with _progress(console) as progress:
                 task = progress.add_task(f"A/B {label_a} vs {label_b}", total=2 * rounds)
-                ab = await bench.run_ab(
-                    client, *arms, rounds=rounds, input_len=input_len, output_len=output_len,
-                    background_streams=background_streams, on_done=lambda: progress.advance(task),
-                )
+                try:
+                    ab = await bench.run_ab(
+                        client, *arms, rounds=rounds, input_len=input_len, output_len=output_len,
+                        background_streams=background_streams, on_done=lambda: progress.advance(task),
+                    )
+                except RuntimeError as exc:  # a failed measured request names its arm
+                    raise MeasureError(str(exc), hint="check that arm's server log") from exc
             ab["servers"] = {lbl: s.model_dump() for lbl, s in zip((label_a, label_b), servers)}
             ab["created"] = now().isoformat()
             return ab
