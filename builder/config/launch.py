@@ -1,0 +1,201 @@
+"""The launch plan: the vLLM flags and environment a config resolves to, each with its reason.
+
+The launch script, ENV.md and `builder serve` all consume this one plan, and every reason is
+taken from a config field description, so the docs cannot drift from what runs.
+"""
+
+from __future__ import annotations
+
+import json
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from builder.config.models import (
+    PLE,
+    KVCache,
+    Model,
+    Parallel,
+    ReleaseConfig,
+    Server,
+    Speculative,
+)
+
+MODEL_DIR_ENV = "MODEL_DIR"
+"""The one input the launch needs from its caller: where the pinned snapshot lies."""
+
+
+class Flag(BaseModel):
+    model_config = ConfigDict(frozen=True)
+    flag: str
+    value: str | None = Field(default=None, description="None for a switch.")
+    why: str
+    kv_related: bool = False
+
+
+class EnvVar(BaseModel):
+    model_config = ConfigDict(frozen=True)
+    name: str
+    value: str
+    why: str
+
+
+class RequiredInput(BaseModel):
+    model_config = ConfigDict(frozen=True)
+    env: str
+    why: str
+    is_dir: bool = True
+
+
+class LaunchPlan(BaseModel):
+    """What `python -m <module>` is started with."""
+
+    model_config = ConfigDict(frozen=True)
+    module: str
+    flags: list[Flag]
+    env: list[EnvVar]
+    required: list[RequiredInput]
+    warnings: list[str] = Field(
+        default_factory=list, description="Known gaps between the config and what the engine can do."
+    )
+
+    def argv(self, *, model_path: str) -> list[str]:
+        out = ["python3", "-m", self.module, "--model", model_path]
+        for f in self.flags:
+            out.append(f.flag)
+            if f.value is not None:
+                out.append(f.value)
+        return out
+
+
+def _why(model: type[BaseModel], field: str) -> str:
+    return model.model_fields[field].description or field
+
+
+def launch_plan(cfg: ReleaseConfig) -> LaunchPlan:
+    m, kv, par, spec, ple, srv = cfg.model, cfg.kv_cache, cfg.parallel, cfg.speculative, cfg.ple, cfg.server
+    engine = cfg.engine.resolved
+    flags: list[Flag] = [
+        Flag(flag="--served-model-name", value=m.served_name, why=_why(Model, "served_name")),
+        Flag(flag="--host", value=srv.host, why=_why(Server, "host")),
+        Flag(flag="--port", value=str(srv.port), why=_why(Server, "port")),
+        Flag(flag="--max-model-len", value=str(srv.max_model_len), why=_why(Server, "max_model_len")),
+        Flag(
+            flag="--kv-cache-dtype", value=kv.dtype, why=_why(KVCache, "dtype"), kv_related=True
+        ),
+        Flag(
+            flag="--gpu-memory-utilization",
+            value=f"{srv.gpu_memory_utilization:g}",
+            why=_why(Server, "gpu_memory_utilization") + " The KV pool is what remains after weights.",
+            kv_related=True,
+        ),
+    ]
+    if srv.max_num_seqs is not None:
+        flags.append(Flag(flag="--max-num-seqs", value=str(srv.max_num_seqs), why=_why(Server, "max_num_seqs")))
+    if par.tensor_parallel_size > 1:
+        flags.append(
+            Flag(flag="--tensor-parallel-size", value=str(par.tensor_parallel_size), why=_why(Parallel, "tensor_parallel_size"))
+        )
+    if par.pipeline_parallel_size > 1:
+        flags.append(
+            Flag(
+                flag="--pipeline-parallel-size",
+                value=str(par.pipeline_parallel_size),
+                why=_why(Parallel, "pipeline_parallel_size"),
+            )
+        )
+    if par.enable_expert_parallel:
+        flags.append(Flag(flag="--enable-expert-parallel", why=_why(Parallel, "enable_expert_parallel")))
+    if par.distributed_executor_backend is not None:
+        flags.append(
+            Flag(
+                flag="--distributed-executor-backend",
+                value=par.distributed_executor_backend,
+                why=_why(Parallel, "distributed_executor_backend"),
+            )
+        )
+    if spec.method is not None:
+        flags.append(
+            Flag(
+                flag="--speculative-config",
+                value=json.dumps(
+                    {"method": spec.method, "num_speculative_tokens": spec.num_speculative_tokens},
+                    separators=(",", ":"),
+                ),
+                why=_why(Speculative, "num_speculative_tokens"),
+                kv_related=True,
+            )
+        )
+    if m.reasoning_parser:
+        flags.append(Flag(flag="--reasoning-parser", value=m.reasoning_parser, why=_why(Model, "reasoning_parser")))
+    if m.reasoning_effort:
+        flags.append(
+            Flag(
+                flag="--default-chat-template-kwargs",
+                value=json.dumps({"reasoning_effort": m.reasoning_effort}, separators=(",", ":")),
+                why=_why(Model, "reasoning_effort"),
+            )
+        )
+    if m.language_model_only:
+        flags.append(Flag(flag="--language-model-only", why=_why(Model, "language_model_only")))
+    if srv.enforce_eager:
+        flags.append(Flag(flag="--enforce-eager", why=_why(Server, "enforce_eager")))
+
+    warnings: list[str] = []
+    env: list[EnvVar] = [
+        EnvVar(name="HF_HUB_OFFLINE", value="1", why="Serving must never reach the Hub; weights come from MODEL_DIR."),
+    ]
+    if srv.allow_long_max_model_len:
+        env.append(
+            EnvVar(name="VLLM_ALLOW_LONG_MAX_MODEL_LEN", value="1", why=_why(Server, "allow_long_max_model_len"))
+        )
+    if ple.present:
+        if engine.ple_style == "env":
+            env.append(EnvVar(name="VLLM_PLE_CPU_OFFLOAD", value="1" if ple.cpu_offload else "0", why=_why(PLE, "cpu_offload")))
+            env.append(EnvVar(name="VLLM_PLE_MMAP_TABLE", value="1" if ple.mmap_table else "0", why=_why(PLE, "mmap_table")))
+            if ple.ready_timeout_s is not None:
+                env.append(
+                    EnvVar(
+                        name="VLLM_PLE_OFFLOAD_READY_TIMEOUT", value=str(ple.ready_timeout_s), why=_why(PLE, "ready_timeout_s")
+                    )
+                )
+        elif engine.ple_style == "engram":
+            # 0.33.0's EngramConfig knows cpu_offload (pinned host table) but has no mmap and no
+            # PLE-specific ready timeout; its engine-wide ready timeout is the closest setting.
+            flags.append(
+                Flag(
+                    flag="--engram-config",
+                    value=json.dumps({"cpu_offload": ple.cpu_offload}, separators=(",", ":")),
+                    why="Upstream 0.33 reads PLE offload from --engram-config. " + _why(PLE, "cpu_offload"),
+                )
+            )
+            if ple.ready_timeout_s is not None:
+                env.append(
+                    EnvVar(
+                        name="VLLM_ENGINE_READY_TIMEOUT_S",
+                        value=str(ple.ready_timeout_s),
+                        why=_why(PLE, "ready_timeout_s") + " Upstream 0.33 only has the engine-wide timeout.",
+                    )
+                )
+        if ple.mmap_table and not engine.ple_mmap:
+            warnings.append(
+                f"engine {engine.id} cannot memory-map the PLE table (its engram config only pins it in host "
+                f"RAM), but ple.mmap_table is set because target.host_ram_gib = {cfg.target.host_ram_gib:g} GiB "
+                "is below the ~135 GiB a pinned table needs. Expect the model load to run out of host memory "
+                "on this engine; the seed bundle's measured run used the fork preview's VLLM_PLE_MMAP_TABLE=1."
+            )
+    if cfg.target.gpu_arch == "sm_121":
+        env += [
+            EnvVar(name="VLLM_USE_DEEP_GEMM", value="0", why="DeepGEMM faults on sm_121 (GB10)."),
+            EnvVar(name="CUTE_DSL_ARCH", value="sm_121a", why="CuTe DSL kernels must target sm_121a on GB10."),
+            EnvVar(name="MAX_JOBS", value="2", why="JIT builds can exhaust GB10's unified memory."),
+        ]
+    env += [EnvVar(name=k, value=v, why="Set by server.extra_env in the target file.") for k, v in srv.extra_env.items()]
+    flags += [Flag(flag=a, why="Set by server.extra_args in the target file.") for a in srv.extra_args]
+
+    return LaunchPlan(
+        module=engine.api_server_module,
+        flags=flags,
+        env=env,
+        required=[RequiredInput(env=MODEL_DIR_ENV, why=f"Local snapshot of {m.repo_id}@{m.revision}.")],
+        warnings=warnings,
+    )

@@ -1,0 +1,79 @@
+"""Loading target files: a name or a path in, a validated ReleaseConfig or a ConfigError out."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import tomllib
+from pathlib import Path
+
+from pydantic import ValidationError
+
+from builder.config.models import ReleaseConfig
+from builder.constants import TARGETS_DIR
+from builder.errors import ConfigError, ImagePinError
+
+
+def available_targets(targets_dir: Path = TARGETS_DIR) -> list[str]:
+    return sorted(p.stem for p in targets_dir.glob("*.toml"))
+
+
+def target_path(name_or_path: str | Path, *, targets_dir: Path = TARGETS_DIR) -> Path:
+    """A path is taken as is; a bare name means targets/<name>.toml."""
+    p = Path(name_or_path)
+    if p.suffix == ".toml" or p.parent != Path("."):
+        return p
+    return targets_dir / f"{p}.toml"
+
+
+def load_target(name_or_path: str | Path, *, targets_dir: Path = TARGETS_DIR) -> ReleaseConfig:
+    path = target_path(name_or_path, targets_dir=targets_dir)
+    if not path.is_file():
+        raise ConfigError(
+            f"target '{name_or_path}' not found ({path})",
+            hint=f"use one of: {', '.join(available_targets(targets_dir)) or '(none)'}, or pass a .toml path",
+        )
+    try:
+        data = tomllib.loads(path.read_text())
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: not valid TOML: {exc}", hint="fix the syntax at the line named") from exc
+    return parse_config(data, source=str(path))
+
+
+def parse_config(data: dict, *, source: str) -> ReleaseConfig:
+    try:
+        return ReleaseConfig.model_validate(data)
+    except ValidationError as exc:
+        raise ConfigError(f"{source}: invalid config\n{format_validation_error(exc)}") from exc
+
+
+def format_validation_error(exc: ValidationError) -> str:
+    lines = []
+    for err in exc.errors(include_url=False):
+        loc = ".".join(str(x) for x in err["loc"])
+        msg = err["msg"].removeprefix("Value error, ")
+        if err["type"] == "extra_forbidden":
+            msg = "unknown key (typo?); remove it or check the spelling against `builder schema`"
+        lines.append(f"  - {loc + ': ' if loc else ''}{msg}")
+    return "\n".join(lines)
+
+
+def require_pinned_base(cfg: ReleaseConfig) -> str:
+    """The base image reference, refusing one without a digest (builds and serves must be reproducible)."""
+    if cfg.target.base_image_digest is None:
+        raise ImagePinError(
+            f"target.base_image '{cfg.target.base_image}' of target '{cfg.target.name}' has no @sha256: digest",
+            hint=f"pull the image, then run `builder pin --target {cfg.target.name}` to write its digest "
+            "into the target file (or edit base_image to name@sha256:<digest>)",
+        )
+    return cfg.target.base_image
+
+
+def config_digest(cfg: ReleaseConfig) -> str:
+    """A stable digest of the resolved config, recorded with evidence so results name what they measured."""
+    blob = json.dumps(cfg.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
+    return "sha256:" + hashlib.sha256(blob.encode()).hexdigest()
+
+
+def json_schema() -> dict:
+    return ReleaseConfig.model_json_schema()

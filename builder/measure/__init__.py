@@ -1,0 +1,1 @@
+"""Measure: streaming benchmark, quality gates and the evidence files they write."""

@@ -1,0 +1,111 @@
+"""Every validation rule has a failing case whose message names the field and the fix."""
+
+from __future__ import annotations
+
+import pytest
+
+from builder.config import launch_plan, load_target, parse_config, require_pinned_base
+from builder.errors import ConfigError, ImagePinError
+
+
+def _set(d: dict, dotted: str, value) -> None:
+    *parents, leaf = dotted.split(".")
+    for p in parents:
+        d = d.setdefault(p, {})
+    if value is _DELETE:
+        d.pop(leaf, None)
+    else:
+        d[leaf] = value
+
+
+_DELETE = object()
+
+RULES = [
+    # (base target, {field: value}, substrings the message must contain)
+    ("gb10", {"engine.profile": "vllm-fork-preview"}, ["kv_cache.dtype", "int8 patch set", "Fix:"]),
+    ("gb10", {"engine.profile": "vllm-fork-preview", "kv_cache.dtype": "fp8_e4m3", "kv_cache.scale_layout": _DELETE},
+     ["patches.apply", "no patch series", "set patches.apply = false"]),
+    ("gb10", {"kv_cache.scale_layout": "inline"}, ["kv_cache.scale_layout", "128-byte aligned", "side"]),
+    ("gb10", {"patches.apply": False, "patches.reason": "x"}, ["patches.apply", "set patches.apply = true"]),
+    ("gb10", {"ple.mmap_table": False}, ["ple.mmap_table", "135 GiB", "set ple.mmap_table = true"]),
+    ("gb10", {"speculative.num_speculative_tokens": 5}, ["speculative.num_speculative_tokens", "outside 1..4", "ring"]),
+    ("gb10", {"speculative.num_speculative_tokens": 0}, ["speculative.num_speculative_tokens", "outside 1..4"]),
+    ("gb10", {"parallel.tensor_parallel_size": 2}, ["parallel.tensor_parallel_size", "larger than target.gpu_count"]),
+    ("h200", {"parallel.pipeline_parallel_size": 2}, ["TP x PP = 2"]),
+    ("cmp170hx-x2", {"parallel.tensor_parallel_size": 1}, ["parallel.enable_expert_parallel", "tensor_parallel_size > 1"]),
+    ("gb10", {"parallel.distributed_executor_backend": _DELETE}, ["parallel.distributed_executor_backend", "silent", '"mp"']),
+    ("gb10", {"server.max_model_len": 300000}, ["server.max_model_len", "262144", "allow_long_max_model_len"]),
+    ("gb10", {"target.base_image": "vllm/vllm-openai:qwen38-flash-next-amd64-cu130"},
+     ["target.base_image", "amd64", "linux/arm64"]),
+    ("cmp170hx-x2", {"target.base_image_arch": "arm64"}, ["target.base_image", "arm64", "linux/amd64"]),
+    ("gb10", {"target.cuda": "12.8"}, ["target.cuda", "sm_121", "12.9"]),
+    ("gb10", {"kv_cache.pool_gate_target_tokens": 1}, ["kv_cache.pool_gate_target_tokens", "below floor"]),
+    ("gb10", {"server.prot": 1}, ["server.prot", "unknown key"]),
+    ("gb10", {"typo_section.x": 1}, ["typo_section", "unknown key"]),
+    ("gb10", {"kv_cache.dtype": "int4"}, ["kv_cache.dtype"]),
+]
+
+
+@pytest.mark.parametrize(("base", "changes", "expect"), RULES, ids=[f"{b}:{','.join(c)}" for b, c, _ in RULES])
+def test_rule_rejects_with_field_and_fix(target_data, base, changes, expect):
+    data = target_data(base)
+    for field, value in changes.items():
+        _set(data, field, value)
+    with pytest.raises(ConfigError) as exc:
+        parse_config(data, source=f"{base}.toml")
+    text = str(exc.value)
+    for s in expect:
+        assert s in text, f"{s!r} missing from: {text}"
+
+
+@pytest.mark.parametrize("name", ["gb10", "cmp170hx-x2", "h200"])
+def test_shipped_targets_load(name):
+    cfg = load_target(name)
+    assert cfg.target.name == name
+
+
+def test_allow_long_context_when_asked(target_data):
+    data = target_data("gb10")
+    _set(data, "server.max_model_len", 300000)
+    _set(data, "server.allow_long_max_model_len", True)
+    cfg = parse_config(data, source="x")
+    assert ("VLLM_ALLOW_LONG_MAX_MODEL_LEN", "1") in [(e.name, e.value) for e in launch_plan(cfg).env]
+
+
+def test_unknown_target_lists_available():
+    with pytest.raises(ConfigError) as exc:
+        load_target("gb11")
+    assert "gb10" in str(exc.value) and "not found" in str(exc.value)
+
+
+def test_build_refuses_base_without_digest(target_data):
+    cfg = load_target("gb10")
+    with pytest.raises(ImagePinError) as exc:
+        require_pinned_base(cfg)
+    assert "builder pin --target gb10" in str(exc.value)
+    data = target_data("gb10")
+    _set(data, "target.base_image", "vllm/vllm-openai:v0.33.0@sha256:" + "a" * 64)
+    assert require_pinned_base(parse_config(data, source="x")).endswith("a" * 64)
+
+
+def test_ple_spelling_follows_engine(target_data):
+    """Upstream reads PLE from the engram config; the fork preview reads VLLM_PLE_* env vars."""
+    upstream = launch_plan(load_target("gb10"))
+    assert ("--engram-config", '{"cpu_offload":true}') in [(f.flag, f.value) for f in upstream.flags]
+    assert ("VLLM_ENGINE_READY_TIMEOUT_S", "1800") in [(e.name, e.value) for e in upstream.env]
+    assert not any(e.name.startswith("VLLM_PLE_") for e in upstream.env)
+    # 0.33.0 cannot mmap the table: the plan says so instead of dropping the setting silently.
+    assert any("cannot memory-map the PLE table" in w for w in upstream.warnings)
+
+    data = target_data("gb10")
+    _set(data, "engine.profile", "vllm-fork-preview")
+    _set(data, "kv_cache.dtype", "fp8_e4m3")
+    _set(data, "kv_cache.scale_layout", _DELETE)
+    _set(data, "patches.apply", False)
+    _set(data, "patches.reason", "the fork preview has no int8 series")
+    fork = launch_plan(parse_config(data, source="x"))
+    env = {e.name: e.value for e in fork.env}
+    assert env["VLLM_PLE_CPU_OFFLOAD"] == "1" and env["VLLM_PLE_MMAP_TABLE"] == "1"
+    assert env["VLLM_PLE_OFFLOAD_READY_TIMEOUT"] == "1800"
+    assert not any(f.flag == "--engram-config" for f in fork.flags)
+    assert fork.warnings == []
