@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: bundle test checksums clean
+.PHONY: bundle test checksums clean image serve base-image
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -21,3 +21,20 @@ test: $(STAMP)
 
 clean:
 	rm -rf $(VENV) dist
+
+# --- image / serve (issue 5) ---
+# pip inside the image build trusts this CA bundle (TLS-intercepting proxies); it is not kept in the image.
+CA_BUNDLE ?= $(wildcard /etc/ssl/certs/ca-certificates.crt)
+
+# cpu-smoke's base is built here (debootstrap -> docker import -> local registry) and pinned to
+# the digest it got on this machine; other targets' bases are pulled and pinned by hand.
+base-image:
+	bash scripts/host-setup.sh
+	bash scripts/build-base-image.sh --if-missing
+
+image: $(STAMP)
+	$(if $(filter cpu-smoke,$(TARGET)),$(MAKE) base-image && $(BIN)/builder pin --target $(TARGET))
+	$(BIN)/builder image --target $(TARGET) $(if $(CA_BUNDLE),--ca-bundle $(CA_BUNDLE))
+
+serve: $(STAMP)
+	$(BIN)/builder serve --target $(TARGET)

@@ -1,0 +1,136 @@
+"""`builder image`: assemble the context and build with the docker SDK, showing live progress."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+import docker
+from docker.errors import APIError, ImageNotFound
+from pydantic import BaseModel, ConfigDict
+from rich.console import Console
+
+from builder.config import ReleaseConfig
+from builder.errors import DockerError
+from builder.image.context import assemble_context
+from builder.image.daemon import daemon_arch, docker_client
+from builder.image.labels import image_labels
+from builder.image.recipe import BuildRecipe, build_recipe
+
+
+class BuiltImage(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    tag: str
+    id: str
+    labels: dict[str, str]
+    seconds: float
+
+
+def build_image(*, cfg: ReleaseConfig, ca_bundle: Path | None = None, console: Console | None = None) -> BuiltImage:
+    console = console or Console(stderr=True)
+    recipe = build_recipe(cfg)  # refuses an unpinned base first: nothing else matters then
+    client = docker_client()
+    cross = _check_arch(client, recipe)
+    _require_base(client, recipe)
+    labels = image_labels(cfg=cfg, recipe=recipe)
+    with tempfile.TemporaryDirectory(prefix="qfn-build-") as tmp:
+        ctx = assemble_context(cfg=cfg, recipe=recipe, out=Path(tmp) / "ctx", ca_bundle=ca_bundle)
+        console.print(f"image: building {recipe.tag} from {recipe.base_image}")
+        start = time.monotonic()
+        if cross:
+            _buildx(ctx=ctx, recipe=recipe, labels=labels, console=console)
+        else:
+            _sdk_build(client=client, ctx=ctx, recipe=recipe, labels=labels, console=console, start=start)
+        seconds = time.monotonic() - start
+    image = client.images.get(recipe.tag)
+    console.print(f"image: built {recipe.tag} ({image.short_id}) in {seconds:.0f} s")
+    return BuiltImage(tag=recipe.tag, id=image.id, labels=image.labels or {}, seconds=seconds)
+
+
+def _check_arch(client: docker.DockerClient, recipe: BuildRecipe) -> bool:
+    """True when the build is cross-arch (and buildx is there to do it)."""
+    host = daemon_arch(client)
+    want = recipe.platform.split("/", 1)[1]
+    if host == want:
+        return False
+    if shutil.which("docker") is None or subprocess.run(
+        ["docker", "buildx", "version"], capture_output=True, check=False
+    ).returncode != 0:
+        raise DockerError(
+            f"target {recipe.target} is {recipe.platform} but the docker daemon is linux/{host}, "
+            "and docker buildx is not installed",
+            hint=f"build on a {want} host, or install buildx and QEMU binfmt "
+            "(apt-get install docker-buildx qemu-user-static) for a cross-arch build",
+        )
+    return True
+
+
+def _require_base(client: docker.DockerClient, recipe: BuildRecipe) -> None:
+    """The classic builder would try to pull a missing base mid-build; say clearly what is missing."""
+    try:
+        client.images.get(recipe.base_image)
+        return
+    except ImageNotFound:
+        pass
+    try:
+        client.images.pull(recipe.base_image)
+    except APIError as exc:
+        name = recipe.base_image.split("@", 1)[0]
+        raise DockerError(
+            f"base image {recipe.base_image} of target {recipe.target} is not on this host and could not "
+            f"be pulled ({exc.explanation or exc})",
+            hint=f"on a host that reaches its registry: `docker pull {name}` then `builder pin --target "
+            f"{recipe.target}`; or load it here (`docker load`) under that digest",
+        ) from exc
+
+
+def _sdk_build(
+    *, client: docker.DockerClient, ctx: Path, recipe: BuildRecipe, labels: dict[str, str], console: Console, start: float
+) -> None:
+    tail: list[str] = []
+    stream = client.api.build(
+        path=str(ctx),
+        tag=recipe.tag,
+        buildargs=recipe.buildargs,
+        labels=labels,
+        rm=True,
+        forcerm=True,
+        pull=False,
+        decode=True,
+    )
+    for chunk in stream:
+        if "error" in chunk:
+            raise DockerError(
+                f"docker build of {recipe.tag} failed: " + "\n".join([*tail, chunk["error"]]),
+                hint="the step and its output are shown above",
+            )
+        line = chunk.get("stream", "").rstrip()
+        if not line:
+            continue
+        tail = (tail + [line])[-15:]
+        if line.startswith("Step "):
+            elapsed = time.monotonic() - start
+            console.print(f"[{elapsed:5.0f}s] {line}", style="bold", highlight=False, markup=False)
+        else:
+            console.print(f"  {line}", highlight=False, markup=False)
+
+
+def _buildx(*, ctx: Path, recipe: BuildRecipe, labels: dict[str, str], console: Console) -> None:
+    cmd = ["docker", "buildx", "build", "--platform", recipe.platform, "--load", "-t", recipe.tag, "--progress", "plain"]
+    for k, v in recipe.buildargs.items():
+        cmd += ["--build-arg", f"{k}={v}"]
+    for k, v in labels.items():
+        cmd += ["--label", f"{k}={v}"]
+    cmd.append(str(ctx))
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    assert proc.stdout is not None
+    tail: list[str] = []
+    for line in proc.stdout:
+        console.print(f"  {line.rstrip()}", highlight=False, markup=False)
+        tail = (tail + [line.rstrip()])[-15:]
+    if proc.wait() != 0:
+        raise DockerError(f"docker buildx build of {recipe.tag} failed: " + "\n".join(tail))
