@@ -63,6 +63,7 @@ def serve(
     bind: str = typer.Option("127.0.0.1", "--bind", help="Host address the port is published on."),
     port: int | None = typer.Option(None, "--port", help="Host port (default: the target's server.port)."),
     timeout: float = typer.Option(45 * 60, "--timeout", help="Seconds to wait for ready before giving up."),
+    name: str | None = typer.Option(None, "--name", help="Container name (default qfn-int8kv-<target>)."),
     stop: bool = typer.Option(False, "--stop", help="Stop and remove the target's running server instead."),
 ) -> None:
     """Run the target's image and wait until /health and /v1/models say it serves."""
@@ -70,10 +71,12 @@ def serve(
 
     cfg = config.load_target(target)
     if stop:
-        for name in serving.stop(target=cfg.target.name):
-            typer.echo(f"removed {name}")
+        for removed in serving.stop(target=cfg.target.name, name=name):
+            typer.echo(f"removed {removed}")
         return
-    served = serving.serve(cfg=cfg, model_dir=model_dir, ple_dir=ple_dir, bind=bind, host_port=port, timeout_s=timeout)
+    served = serving.serve(
+        cfg=cfg, model_dir=model_dir, ple_dir=ple_dir, bind=bind, host_port=port, timeout_s=timeout, name=name
+    )
     typer.echo(served.url)
 
 

@@ -39,7 +39,7 @@ def build_image(*, cfg: ReleaseConfig, ca_bundle: Path | None = None, console: C
     labels = image_labels(cfg=cfg, recipe=recipe)
     with tempfile.TemporaryDirectory(prefix="qfn-build-") as tmp:
         ctx = assemble_context(cfg=cfg, recipe=recipe, out=Path(tmp) / "ctx", ca_bundle=ca_bundle)
-        console.print(f"image: building {recipe.tag} from {recipe.base_image}")
+        console.print(f"image: building {recipe.tag} from {recipe.base_image}", soft_wrap=True)
         start = time.monotonic()
         if cross:
             _buildx(ctx=ctx, recipe=recipe, labels=labels, console=console)
@@ -47,7 +47,7 @@ def build_image(*, cfg: ReleaseConfig, ca_bundle: Path | None = None, console: C
             _sdk_build(client=client, ctx=ctx, recipe=recipe, labels=labels, console=console, start=start)
         seconds = time.monotonic() - start
     image = client.images.get(recipe.tag)
-    console.print(f"image: built {recipe.tag} ({image.short_id}) in {seconds:.0f} s")
+    console.print(f"image: built {recipe.tag} ({image.short_id}) in {seconds:.0f} s", soft_wrap=True)
     return BuiltImage(tag=recipe.tag, id=image.id, labels=image.labels or {}, seconds=seconds)
 
 
@@ -114,9 +114,9 @@ def _sdk_build(
         tail = (tail + [line])[-15:]
         if line.startswith("Step "):
             elapsed = time.monotonic() - start
-            console.print(f"[{elapsed:5.0f}s] {line}", style="bold", highlight=False, markup=False)
+            console.print(f"[{elapsed:5.0f}s] {line}", style="bold", highlight=False, markup=False, soft_wrap=True)
         else:
-            console.print(f"  {line}", highlight=False, markup=False)
+            console.print(f"  {line}", highlight=False, markup=False, soft_wrap=True)
 
 
 def _buildx(*, ctx: Path, recipe: BuildRecipe, labels: dict[str, str], console: Console) -> None:
@@ -130,7 +130,7 @@ def _buildx(*, ctx: Path, recipe: BuildRecipe, labels: dict[str, str], console: 
     assert proc.stdout is not None
     tail: list[str] = []
     for line in proc.stdout:
-        console.print(f"  {line.rstrip()}", highlight=False, markup=False)
+        console.print(f"  {line.rstrip()}", highlight=False, markup=False, soft_wrap=True)
         tail = (tail + [line.rstrip()])[-15:]
     if proc.wait() != 0:
         raise DockerError(f"docker buildx build of {recipe.tag} failed: " + "\n".join(tail))

@@ -57,7 +57,7 @@ def serve(
     container = start_container(client=client, spec=spec)
     host, port = spec.ports[f"{cfg.server.port}/tcp"]
     url = f"http://{'127.0.0.1' if host in ('0.0.0.0', '') else host}:{port}"
-    console.print(f"serve: started {spec.name} from {spec.image}; waiting for {url}")
+    console.print(f"serve: started {spec.name} from {spec.image}; waiting for {url}", soft_wrap=True)
     try:
         ready = wait_ready(
             url=url,
@@ -67,17 +67,20 @@ def serve(
             console=console,
         )
     except BaseException:  # ServeError, timeout, Ctrl-C: never leave a half-started server behind
-        console.print(f"serve: stopping and removing {spec.name}")
+        console.print(f"serve: stopping and removing {spec.name}", soft_wrap=True)
         remove_container(container)
         raise
     return Served(container=spec.name, image=spec.image, url=url, ready=ready)
 
 
-def stop(*, target: str) -> list[str]:
-    """Stop and remove every container `builder serve` started for ``target``; return their names."""
+def stop(*, target: str, name: str | None = None) -> list[str]:
+    """Stop and remove the containers `builder serve` started for ``target`` (only ``name`` if given)."""
     client = docker_client()
     names = []
-    for container in client.containers.list(all=True, filters={"label": f"{SERVE_LABEL}={target}"}):
+    filters: dict[str, str] = {"label": f"{SERVE_LABEL}={target}"}
+    if name is not None:
+        filters["name"] = f"^/?{name}$"
+    for container in client.containers.list(all=True, filters=filters):
         names.append(container.name)
         try:
             remove_container(container)

@@ -84,7 +84,7 @@ def wait_ready(
             ) from None
         finally:
             progress.close()
-    console.print(f"serve: {base} ready in {ready.seconds:.0f} s, serving '{served_name}'")
+    console.print(f"serve: {base} ready in {ready.seconds:.0f} s, serving '{served_name}'", soft_wrap=True)
     return ready
 
 
@@ -140,7 +140,7 @@ class _Progress:
         if self._status is not None:
             self._status.update(text)
         elif state != self._last_state or elapsed - self._last_log >= LOG_EVERY_S:
-            self._console.print(text, highlight=False, markup=False)
+            self._console.print(text, highlight=False, markup=False, soft_wrap=True)
             self._last_state, self._last_log = state, elapsed
 
     def close(self) -> None:
