@@ -22,6 +22,21 @@ test: $(STAMP)
 clean:
 	rm -rf $(VENV) dist
 
+# --- render, bundle, checksums (builder.render / builder.bundle) ---
+OUT ?= dist/$(TARGET)
+RENDER_OUT ?= dist/render/$(TARGET)
+.PHONY: render
+
+bundle: $(STAMP)
+	$(BIN)/python -m builder bundle --target $(TARGET) --out $(OUT)
+
+render: $(STAMP)
+	$(BIN)/python -m builder render --target $(TARGET) --out $(RENDER_OUT)
+
+# Rerun whenever bundle/, evidence/, Dockerfile or docker/ change: the tests check the file.
+checksums: $(STAMP)
+	$(BIN)/python -m builder checksums
+
 # --- image / serve (issue 5) ---
 # pip inside the image build trusts this CA bundle (TLS-intercepting proxies); it is not kept in the image.
 CA_BUNDLE ?= $(wildcard /etc/ssl/certs/ca-certificates.crt)
@@ -33,8 +48,8 @@ base-image:
 	bash scripts/build-base-image.sh --if-missing
 
 image: $(STAMP)
-	$(if $(filter cpu-smoke,$(TARGET)),$(MAKE) base-image && $(BIN)/builder pin --target $(TARGET))
-	$(BIN)/builder image --target $(TARGET) $(if $(CA_BUNDLE),--ca-bundle $(CA_BUNDLE))
+	$(if $(filter cpu-smoke,$(TARGET)),$(MAKE) base-image && $(BIN)/python -m builder pin --target $(TARGET))
+	$(BIN)/python -m builder image --target $(TARGET) $(if $(CA_BUNDLE),--ca-bundle $(CA_BUNDLE))
 
 serve: $(STAMP)
-	$(BIN)/builder serve --target $(TARGET)
+	$(BIN)/python -m builder serve --target $(TARGET)

@@ -40,6 +40,70 @@ def schema(
         out.write_text(text)
 
 
+# --- render, bundle, verify, checksums ---
+from builder import bundle as bundle_step  # noqa: E402
+from builder import render as render_step  # noqa: E402
+from builder.constants import DEFAULT_TARGET  # noqa: E402
+
+out_console = Console()
+
+
+@app.command()
+def render(
+    target: str = typer.Option(DEFAULT_TARGET, "--target", "-t", help="Target name (targets/<name>.toml) or a .toml path."),
+    out: Path = typer.Option(..., "--out", "-o", help="Folder to write launch/ and README.md into (replaced atomically)."),
+) -> None:
+    """Render the launch script, launch/ENV.md and the model card of one target."""
+    for path in render_step.render_to(target=target, out=out):
+        out_console.print(f"wrote {path}", highlight=False, soft_wrap=True)
+
+
+@app.command("bundle")
+def bundle_cmd(
+    target: str = typer.Option(DEFAULT_TARGET, "--target", "-t", help="Target name (targets/<name>.toml) or a .toml path."),
+    out: Path = typer.Option(..., "--out", "-o", help="Bundle folder; written atomically, only ever replacing an earlier bundle."),
+) -> None:
+    """Assemble a checksummed release bundle: README.md, launch/, patches/, evidence/, bundle.json."""
+    result = bundle_step.build_bundle(target=target, out=out)
+    m = result.manifest
+    out_console.print(
+        f"[bold green]bundle[/] {result.path}: {len(result.files)} files, target {m.target}, "
+        f"{m.engine_profile}, kv {m.kv_cache_dtype}\n  check it: python -m builder verify {result.path}",
+        highlight=False,
+        soft_wrap=True,
+    )
+
+
+@app.command()
+def verify(
+    directory: Path = typer.Argument(..., help="A bundle folder (holds CHECKSUMS.sha256 and bundle.json)."),
+    as_json: bool = typer.Option(False, "--json", help="Print the report as JSON instead of a table."),
+) -> None:
+    """Check a bundle against its CHECKSUMS.sha256: modified, missing and unexpected files."""
+    from rich.table import Table
+
+    report = bundle_step.verify_bundle(directory)
+    if as_json:
+        typer.echo(report.model_dump_json(indent=2))
+    elif report.ok:
+        out_console.print(f"[bold green]ok[/] {directory}: {report.checked} files match CHECKSUMS.sha256", highlight=False, soft_wrap=True)
+    else:
+        table = Table(title=f"{directory}: differs from CHECKSUMS.sha256")
+        table.add_column("problem", style="bold red")
+        table.add_column("file")
+        for kind, path in report.problems():
+            table.add_row(kind, path)
+        out_console.print(table)
+    report.raise_for_problems()
+
+
+@app.command()
+def checksums() -> None:
+    """Rewrite the repo's CHECKSUMS.sha256 over bundle/, evidence/, Dockerfile and docker/."""
+    path = bundle_step.write_repo_checksums()
+    out_console.print(f"wrote {path} ({len(bundle_step.shipped_files())} files)", highlight=False, soft_wrap=True)
+
+
 # --- image / serve / wait / pin (issue 5) ---
 @app.command()
 def image(

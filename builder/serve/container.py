@@ -10,7 +10,7 @@ from docker.models.containers import Container
 from docker.types import DeviceRequest, Mount
 from pydantic import BaseModel, ConfigDict
 
-from builder.config import ReleaseConfig, launch_plan
+from builder.config import ReleaseConfig
 from builder.config.launch import MODEL_DIR_ENV
 from builder.constants import CONTAINER_MODEL_DIR, CONTAINER_PLE_DIR, SERVE_LABEL
 from builder.errors import ServeError
@@ -27,7 +27,7 @@ class RunSpec(BaseModel):
 
     image: str
     name: str
-    command: list[str]
+    command: list[str]  # empty: the image's rendered launch script (entrypoint default)
     environment: dict[str, str]
     ports: dict[str, tuple[str, int]]
     mounts: list[tuple[str, str]]  # (host dir, container dir), all read-only
@@ -48,10 +48,10 @@ def run_spec(
     host_port: int | None,
     name: str | None = None,
 ) -> RunSpec:
-    plan = launch_plan(cfg)
     t, srv = cfg.target, cfg.server
     mounts = [(str(model_dir.resolve()), CONTAINER_MODEL_DIR)]
-    env = {e.name: e.value for e in plan.env} | {MODEL_DIR_ENV: CONTAINER_MODEL_DIR, "QFN_PORT": str(srv.port)}
+    # The launch script baked into the image sets the plan's flags and env; it needs MODEL_DIR.
+    env = {MODEL_DIR_ENV: CONTAINER_MODEL_DIR, "QFN_PORT": str(srv.port)}
     if cfg.ple.present:
         if ple_dir is None:
             raise ServeError(
@@ -64,7 +64,7 @@ def run_spec(
     return RunSpec(
         image=image,
         name=name or f"qfn-int8kv-{t.name}",
-        command=plan.argv(model_path=CONTAINER_MODEL_DIR),
+        command=[],
         environment=env,
         ports={f"{srv.port}/tcp": (bind, host_port or srv.port)},
         mounts=mounts,
@@ -86,7 +86,7 @@ def start_container(*, client: docker.DockerClient, spec: RunSpec) -> Container:
     try:
         return client.containers.run(
             spec.image,
-            spec.command,
+            spec.command or None,
             name=spec.name,
             detach=True,
             environment=spec.environment,

@@ -96,7 +96,9 @@ def test_context_for_cpu_smoke_has_wheel_ca_and_launch_plan(pinned, tmp_path):
     ctx = assemble_context(cfg=cfg, recipe=recipe, out=tmp_path / "ctx", ca_bundle=ca, repo_root=_repo(tmp_path, series=False))
     assert (ctx / "context/wheels/torch-2.13.0+cpu-cp311-cp311-manylinux_2_28_x86_64.whl").read_bytes() == b"w"
     assert (ctx / "context/ca/ca.crt").read_text() == ca.read_text()
-    assert "--kv-cache-dtype" in (ctx / "context/launch/launch-plan.json").read_text()
+    script = ctx / "context/launch/run_qsa_int8kv.sh"
+    assert "--kv-cache-dtype auto" in script.read_text() and script.stat().st_mode & 0o111
+    assert (ctx / "context/launch/ENV.md").is_file()
     assert list((ctx / "context/builder").iterdir()) == []  # no patches: the builder is not shipped
 
 

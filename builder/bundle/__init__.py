@@ -1,0 +1,20 @@
+"""Bundle: assemble a target's release folder, checksum it, verify it; the repo's source checksums."""
+
+from builder.bundle.assemble import BundleResult, BundleSources, build_bundle
+from builder.bundle.manifest import BundleManifest, is_bundle, read_manifest
+from builder.bundle.repo import repo_manifest_text, shipped_files, write_repo_checksums
+from builder.bundle.verify import VerifyReport, verify_bundle
+
+__all__ = [
+    "BundleManifest",
+    "BundleResult",
+    "BundleSources",
+    "VerifyReport",
+    "build_bundle",
+    "is_bundle",
+    "read_manifest",
+    "repo_manifest_text",
+    "shipped_files",
+    "verify_bundle",
+    "write_repo_checksums",
+]

@@ -1,0 +1,101 @@
+"""`builder bundle`: render, copy and checksum one target's release folder, atomically."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TextColumn
+
+from builder.atomic import replace_dir
+from builder.bundle.checksums import list_files, manifest_text, tree_digest
+from builder.bundle.manifest import BundleManifest, is_bundle, make_manifest
+from builder.config import launch_plan, load_target
+from builder.constants import (
+    BENCHMARK_SCRIPT,
+    BUNDLE_MANIFEST_NAME,
+    CARD_NAME,
+    CHECKSUMS_NAME,
+    EVIDENCE_DIR,
+    PATCHES_DIR,
+)
+from builder.errors import BundleError
+from builder.render import card_context, make_environment, render_card, render_launch
+from builder.render.write import write_text_files
+
+BUNDLE_PATCHES = "patches"
+BUNDLE_EVIDENCE = "evidence"
+
+
+class BundleSources(BaseModel):
+    """Where a bundle's copied parts come from (the repo's folders unless a test says otherwise)."""
+
+    model_config = ConfigDict(frozen=True)
+    patches_dir: Path = PATCHES_DIR
+    evidence_root: Path = EVIDENCE_DIR
+    benchmark: Path = BENCHMARK_SCRIPT
+
+
+class BundleResult(BaseModel):
+    model_config = ConfigDict(frozen=True)
+    path: Path
+    manifest: BundleManifest
+    files: list[str]
+
+
+def copy_file(src: Path, dst: Path) -> None:
+    """Content and mode (scripts stay executable); timestamps are not part of a bundle."""
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copy(src, dst)
+
+
+def _copy_tree(src: Path, dst: Path) -> int:
+    rels = list_files(src) if src.is_dir() else []
+    for rel in rels:
+        copy_file(src / rel, dst / rel)
+    return len(rels)
+
+
+def build_bundle(
+    *, target: str, out: Path, sources: BundleSources | None = None, console: Console | None = None
+) -> BundleResult:
+    """Write the bundle of `target` to `out`: all of it, or (on any failure) nothing."""
+    sources = sources or BundleSources()
+    console = console or Console(stderr=True)
+    cfg = load_target(target)
+    plan = launch_plan(cfg)
+    env = make_environment()
+    evidence_dir = sources.evidence_root / cfg.target.name
+
+    steps = ["render launch", "copy patches", "copy evidence", "copy benchmark", "render model card", "checksums"]
+    progress = Progress(
+        TextColumn("[bold]bundle[/] {task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
+        console=console, transient=True,
+    )
+    with progress, replace_dir(out, replaceable=is_bundle, what="bundle", error=BundleError) as stage:
+        task = progress.add_task(steps[0], total=len(steps))
+
+        def step(i: int) -> None:
+            progress.update(task, completed=i, description=steps[i] if i < len(steps) else "done")
+
+        write_text_files(stage, render_launch(cfg=cfg, plan=plan, env=env))
+        step(1)
+        _copy_tree(sources.patches_dir, stage / BUNDLE_PATCHES)
+        step(2)
+        _copy_tree(evidence_dir, stage / BUNDLE_EVIDENCE)
+        step(3)
+        if sources.benchmark.is_file():
+            copy_file(sources.benchmark, stage / sources.benchmark.name)
+        step(4)
+        listed = [*list_files(stage), CARD_NAME, BUNDLE_MANIFEST_NAME, CHECKSUMS_NAME]
+        ctx = card_context(cfg=cfg, plan=plan, evidence_dir=evidence_dir, files=listed)
+        write_text_files(stage, {CARD_NAME: render_card(ctx, env=env)})
+        manifest = make_manifest(cfg, patch_series_sha256=tree_digest(stage / BUNDLE_PATCHES))
+        (stage / BUNDLE_MANIFEST_NAME).write_text(manifest.model_dump_json(indent=2) + "\n")
+        step(5)
+        files = list_files(stage)
+        (stage / CHECKSUMS_NAME).write_text(manifest_text(stage, files))
+        step(6)
+    return BundleResult(path=Path(out), manifest=manifest, files=[*files, CHECKSUMS_NAME])

@@ -1,0 +1,114 @@
+"""sha256 manifests in `sha256sum` format: one writer and one parser for bundles and the repo.
+
+Format: `<64 lowercase hex>  <relative posix path>\\n`, sorted by path, so that
+`sha256sum -c --strict CHECKSUMS.sha256` run in the manifest's folder checks it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+from pathlib import Path, PurePosixPath
+
+from pydantic import BaseModel, ConfigDict
+
+from builder.constants import EXCLUDED_NAMES, EXCLUDED_SUFFIXES
+from builder.errors import BuilderError, BundleError, MalformedManifest, UnsafeManifest
+
+_LINE = re.compile(r"^(?P<sha>[0-9a-f]{64}) [ *](?P<path>.+)$")
+#: sha256sum escapes names holding these; we never write such names, so a manifest never needs escapes.
+_UNWRITABLE = ("\n", "\r", "\\")
+
+
+class ChecksumEntry(BaseModel):
+    model_config = ConfigDict(frozen=True)
+    sha256: str
+    path: str
+
+
+def sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def is_excluded(rel: PurePosixPath) -> bool:
+    """Caches and editor/temp files are never shipped nor listed."""
+    return any(part in EXCLUDED_NAMES for part in rel.parts) or rel.name.endswith(EXCLUDED_SUFFIXES)
+
+
+def list_files(
+    root: Path, *, exclude_caches: bool = True, symlink_error: type[BuilderError] = BundleError
+) -> list[str]:
+    """Regular files under `root` as sorted relative posix paths; a symlink or special file is `symlink_error`."""
+    out = []
+    for dirpath, dirnames, filenames in os.walk(root):
+        here = Path(dirpath)
+        for name in sorted(dirnames + filenames):
+            path = here / name
+            rel = PurePosixPath(path.relative_to(root).as_posix())
+            if exclude_caches and is_excluded(rel):
+                continue
+            if path.is_symlink():
+                raise symlink_error(
+                    f"{path} is a symlink; bundles and checksummed sources hold regular files only",
+                    hint="replace the link with the file it points to, or remove it",
+                )
+            if name in filenames:
+                if not path.is_file():
+                    raise symlink_error(f"{path} is not a regular file (fifo, socket or device)", hint="remove it")
+                out.append(rel.as_posix())
+        if exclude_caches:
+            dirnames[:] = [d for d in dirnames if d not in EXCLUDED_NAMES]
+    return sorted(out)
+
+
+def manifest_text(root: Path, rels: list[str]) -> str:
+    lines = []
+    for rel in sorted(rels):
+        if any(c in rel for c in _UNWRITABLE):
+            raise BundleError(f"file name {rel!r} holds a newline or backslash", hint="rename the file")
+        lines.append(f"{sha256_file(root / rel)}  {rel}\n")
+    return "".join(lines)
+
+
+def tree_digest(root: Path) -> str | None:
+    """sha256 of the manifest of every file under `root` (None when there are none): one id for a file set."""
+    rels = list_files(root) if root.is_dir() else []
+    if not rels:
+        return None
+    return hashlib.sha256(manifest_text(root, rels).encode()).hexdigest()
+
+
+def check_safe_path(rel: str, *, source: str) -> None:
+    p = PurePosixPath(rel)
+    if p.is_absolute() or rel.startswith("/"):
+        raise UnsafeManifest(f"{source}: absolute path {rel!r}", hint="manifests list paths relative to their folder")
+    if ".." in p.parts:
+        raise UnsafeManifest(f"{source}: path {rel!r} climbs out with '..'", hint="manifests list paths inside their folder")
+
+
+def parse_manifest(text: str, *, source: str) -> list[ChecksumEntry]:
+    """Entries of a manifest; a bad line is MalformedManifest, an absolute or '..' path UnsafeManifest."""
+    entries: dict[str, ChecksumEntry] = {}
+    lines = text.split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()
+    for n, line in enumerate(lines, 1):
+        m = _LINE.match(line)
+        if m is None:
+            raise MalformedManifest(
+                f"{source}:{n}: not '<sha256>  <path>': {line[:80]!r}",
+                hint="rebuild the bundle; the manifest is written by the builder",
+            )
+        rel = m["path"]
+        if "\r" in rel:
+            raise MalformedManifest(f"{source}:{n}: CRLF line ending", hint="manifests use LF line endings only")
+        check_safe_path(rel, source=f"{source}:{n}")
+        if rel in entries:
+            raise MalformedManifest(f"{source}:{n}: {rel} is listed twice", hint="rebuild the bundle")
+        entries[rel] = ChecksumEntry(sha256=m["sha"], path=rel)
+    return list(entries.values())

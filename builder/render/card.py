@@ -1,0 +1,196 @@
+"""The model card: front matter, quick start, files, and gate/benchmark tables from evidence.
+
+Numbers come only from evidence files; anything absent is written as "not measured".
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import json
+from pathlib import Path
+from typing import Literal
+
+import jinja2
+import yaml
+from pydantic import BaseModel, ConfigDict
+
+import builder
+from builder.config import LaunchPlan, ReleaseConfig, config_digest
+from builder.constants import (
+    BENCH_EVIDENCE_GLOB,
+    BUNDLE_MANIFEST_NAME,
+    CARD_NAME,
+    CHECKSUMS_NAME,
+    ENV_DRY_RUN,
+    LAUNCH_ENV_DOC_NAME,
+    LAUNCH_SCRIPT_NAME,
+)
+from builder.errors import RenderError
+from builder.measure.evidence import load_gate_evidence
+from builder.render.environment import make_environment, render_template
+
+NOT_MEASURED = "not measured"
+
+#: (evidence key, column header, format): vLLM `bench serve` key names.
+BENCH_COLUMNS: tuple[tuple[str, str, str], ...] = (
+    ("input_len", "input tokens", "{:,.0f}"),
+    ("output_len", "output tokens", "{:,.0f}"),
+    ("concurrency", "concurrency", "{:,.0f}"),
+    ("mean_ttft_ms", "TTFT mean (ms)", "{:,.1f}"),
+    ("median_ttft_ms", "TTFT median (ms)", "{:,.1f}"),
+    ("p99_ttft_ms", "TTFT p99 (ms)", "{:,.1f}"),
+    ("mean_tpot_ms", "TPOT mean (ms)", "{:,.2f}"),
+    ("median_tpot_ms", "TPOT median (ms)", "{:,.2f}"),
+    ("mean_itl_ms", "ITL mean (ms)", "{:,.2f}"),
+    ("output_throughput", "output tok/s", "{:,.1f}"),
+    ("request_throughput", "requests/s", "{:,.3f}"),
+)
+
+#: What each bundle file is, for the card's file list (first match wins).
+FILE_ROLES: tuple[tuple[str, str], ...] = (
+    (CARD_NAME, "this model card"),
+    (LAUNCH_SCRIPT_NAME, f"launch recipe; {ENV_DRY_RUN}=1 prints the resolved command without starting"),
+    (LAUNCH_ENV_DOC_NAME, "every environment variable and KV-related flag with its rationale"),
+    ("patches/series", "order in which the patches apply"),
+    ("patches/*.diff", "engine patch"),
+    ("patches/*.patch", "engine patch"),
+    ("patches/*.py", "standalone check for the patched engine"),
+    ("patches/*", "patch series file"),
+    (f"evidence/{BENCH_EVIDENCE_GLOB}", "benchmark result (vLLM bench serve keys)"),
+    ("evidence/*.json", "gate evidence: verdict, thresholds and raw records"),
+    ("evidence/*", "evidence"),
+    ("benchmark_vllm.py", "streaming benchmark that produced the benchmark numbers"),
+    (BUNDLE_MANIFEST_NAME, "manifest: target, engine, KV dtype, config digest, patch-series sha256"),
+    (CHECKSUMS_NAME, "sha256 of every other file (`sha256sum -c --strict CHECKSUMS.sha256`)"),
+)
+
+
+class GateRow(BaseModel):
+    model_config = ConfigDict(frozen=True)
+    gate: str
+    required: bool
+    verdict: Literal["PASS", "FAIL"]
+    summary: str
+    measured: str
+    config: Literal["this config", "another config", "unknown"]
+
+
+class BenchRow(BaseModel):
+    model_config = ConfigDict(frozen=True)
+    workload: str
+    source: str
+    cells: dict[str, str]
+
+
+class CardContext(BaseModel):
+    """Everything the card template shows; numbers are already formatted strings."""
+
+    model_config = ConfigDict(frozen=True, arbitrary_types_allowed=True)
+    front_matter: str
+    title: str
+    cfg: ReleaseConfig
+    plan: LaunchPlan
+    version: str
+    digest: str
+    gates: list[GateRow]
+    bench_headers: list[tuple[str, str]]
+    bench: list[BenchRow]
+    files: list[tuple[str, str]]
+    not_measured: str = NOT_MEASURED
+    script_name: str = LAUNCH_SCRIPT_NAME
+    env_doc_name: str = LAUNCH_ENV_DOC_NAME
+    dry_run_env: str = ENV_DRY_RUN
+    checksums_name: str = CHECKSUMS_NAME
+
+
+def describe_file(rel: str) -> str:
+    for pattern, role in FILE_ROLES:
+        if fnmatch.fnmatchcase(rel, pattern):
+            return role
+    return ""
+
+
+def front_matter(cfg: ReleaseConfig) -> str:
+    meta = {
+        "library_name": "vllm",
+        "base_model": cfg.model.base_model,
+        "license": cfg.model.license,
+        "pipeline_tag": "text-generation",
+        "tags": ["vllm", "kv-cache", cfg.kv_cache.dtype.replace("_", "-"), cfg.target.name, cfg.target.arch],
+    }
+    return yaml.safe_dump(meta, sort_keys=False, allow_unicode=True)
+
+
+def gate_rows(evidence_dir: Path, *, digest: str) -> list[GateRow]:
+    rows = []
+    for g in load_gate_evidence(evidence_dir) if evidence_dir.is_dir() else []:
+        match = "unknown" if g.config_digest is None else ("this config" if g.config_digest == digest else "another config")
+        rows.append(
+            GateRow(
+                gate=g.gate,
+                required=g.required,
+                verdict="PASS" if g.verdict == "pass" else "FAIL",
+                summary=g.summary or g.verdict,
+                measured=g.created.date().isoformat(),
+                config=match,
+            )
+        )
+    return rows
+
+
+def _number(value: object) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return float(value)
+
+
+def bench_rows(evidence_dir: Path) -> tuple[list[tuple[str, str]], list[BenchRow]]:
+    """Columns that at least one file measured, and one row per bench file; other cells say not measured."""
+    raw: list[tuple[Path, dict]] = []
+    for path in sorted(evidence_dir.glob(BENCH_EVIDENCE_GLOB)) if evidence_dir.is_dir() else []:
+        try:
+            data = json.loads(path.read_text())
+        except json.JSONDecodeError as exc:
+            raise RenderError(f"{path}: not valid JSON: {exc}", hint="re-run the benchmark or remove the file") from exc
+        if not isinstance(data, dict):
+            raise RenderError(f"{path}: a benchmark file must hold a JSON object", hint="re-run the benchmark")
+        raw.append((path, data))
+    columns = [(key, head, fmt) for key, head, fmt in BENCH_COLUMNS if any(_number(d.get(key)) is not None for _, d in raw)]
+    rows = []
+    for path, data in raw:
+        cells = {}
+        for key, _, fmt in columns:
+            n = _number(data.get(key))
+            cells[key] = NOT_MEASURED if n is None else fmt.format(n)
+        label = data.get("workload")
+        rows.append(
+            BenchRow(
+                workload=label if isinstance(label, str) and label else path.stem.removeprefix("bench-"),
+                source=path.name,
+                cells=cells,
+            )
+        )
+    return [(key, head) for key, head, _ in columns], rows
+
+
+def card_context(*, cfg: ReleaseConfig, plan: LaunchPlan, evidence_dir: Path, files: list[str]) -> CardContext:
+    """`files`: bundle-relative paths the card lists; `evidence_dir`: the target's evidence folder."""
+    digest = config_digest(cfg)
+    headers, bench = bench_rows(evidence_dir)
+    return CardContext(
+        front_matter=front_matter(cfg),
+        title=f"{cfg.model.served_name}: {cfg.kv_cache.dtype} KV cache on {cfg.target.name}",
+        cfg=cfg,
+        plan=plan,
+        version=builder.__version__,
+        digest=digest,
+        gates=gate_rows(evidence_dir, digest=digest),
+        bench_headers=headers,
+        bench=bench,
+        files=[(rel, describe_file(rel)) for rel in sorted(files)],
+    )
+
+
+def render_card(ctx: CardContext, *, env: jinja2.Environment | None = None) -> str:
+    env = env or make_environment()
+    return render_template(env, "README.md.j2", {"card": ctx, "engine": ctx.cfg.engine.resolved})

@@ -1,0 +1,64 @@
+"""Render launch/run_qsa_int8kv.sh and launch/ENV.md from the launch plan (one source for both)."""
+
+from __future__ import annotations
+
+import re
+import shlex
+
+import jinja2
+
+import builder
+from builder.config import LaunchPlan, ReleaseConfig, config_digest
+from builder.config.launch import MODEL_DIR_ENV
+from builder.constants import ENV_DRY_RUN, ENV_LAUNCH_PYTHON, LAUNCH_ENV_DOC_NAME, LAUNCH_SCRIPT_NAME
+from builder.errors import RenderError
+from builder.render.environment import make_environment, render_template
+
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+#: The script's own knobs, documented in ENV.md from this one table.
+SCRIPT_KNOBS = (
+    (ENV_DRY_RUN, "Set to 1 to print the resolved environment and command without starting the server."),
+    (ENV_LAUNCH_PYTHON, "Python interpreter that has the engine installed (default: python3)."),
+)
+#: A Hugging Face snapshot folder always holds this file; its absence means MODEL_DIR points one level off.
+SNAPSHOT_MARKER = "config.json"
+
+
+def _check_env_names(plan: LaunchPlan) -> None:
+    for name in [e.name for e in plan.env] + [r.env for r in plan.required]:
+        if not _ENV_NAME.match(name):
+            raise RenderError(
+                f"environment variable name {name!r} is not a valid shell name",
+                hint="fix the key in server.extra_env of the target file (letters, digits, _; not starting with a digit)",
+            )
+
+
+def launch_context(*, cfg: ReleaseConfig, plan: LaunchPlan) -> dict:
+    _check_env_names(plan)
+    return {
+        "cfg": cfg,
+        "plan": plan,
+        "engine": cfg.engine.resolved,
+        "version": builder.__version__,
+        "digest": config_digest(cfg),
+        "env_lines": [f"export {e.name}={shlex.quote(e.value)}" for e in plan.env],
+        "knobs": SCRIPT_KNOBS,
+        "dry_run_env": ENV_DRY_RUN,
+        "python_env": ENV_LAUNCH_PYTHON,
+        "snapshot_marker": {MODEL_DIR_ENV: SNAPSHOT_MARKER} if cfg.model.source == "hub-snapshot" else {},
+        "script_name": LAUNCH_SCRIPT_NAME,
+        "model_env": MODEL_DIR_ENV,
+    }
+
+
+def render_launch(
+    *, cfg: ReleaseConfig, plan: LaunchPlan, env: jinja2.Environment | None = None
+) -> dict[str, str]:
+    """{bundle-relative path: text} for the launch script and its ENV.md."""
+    env = env or make_environment()
+    ctx = launch_context(cfg=cfg, plan=plan)
+    return {
+        LAUNCH_SCRIPT_NAME: render_template(env, "run_qsa_int8kv.sh.j2", ctx),
+        LAUNCH_ENV_DOC_NAME: render_template(env, "ENV.md.j2", ctx),
+    }

@@ -1,0 +1,58 @@
+"""Bundle sources laid out like the repo's (patches, evidence of two targets, benchmark) in a temp dir."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import pytest
+from rich.console import Console
+
+from builder import cli
+from builder.bundle import BundleSources, build_bundle
+
+
+@pytest.fixture
+def sources(tmp_path) -> BundleSources:
+    src = tmp_path / "src"
+    patches = src / "patches"
+    (patches / "__pycache__").mkdir(parents=True)
+    (patches / "series").write_text("qsa-int8.diff\n")
+    (patches / "qsa-int8.diff").write_text("--- a/x\n+++ b/x\n@@ -1 +1 @@\n-a\n+b\n")
+    (patches / "int8_unit_test.py").write_text("print('ok')\n")
+    (patches / "__pycache__" / "int8_unit_test.cpython-311.pyc").write_bytes(b"\0cache")
+    evidence = src / "evidence"
+    for target in ("gb10", "cmp170hx-x2"):
+        (evidence / target).mkdir(parents=True)
+        gate = {"gate": "golden_probes", "required": True, "verdict": "pass", "summary": f"3/3 on {target}",
+                "created": "2026-11-20T10:00:00Z"}
+        (evidence / target / "golden_probes.json").write_text(json.dumps(gate))
+    (evidence / "gb10" / "bench-decode.json").write_text(json.dumps({"workload": "decode", "mean_ttft_ms": 812.25}))
+    bench = src / "benchmark_vllm.py"
+    bench.write_text("print('bench')\n")
+    return BundleSources(patches_dir=patches, evidence_root=evidence, benchmark=bench)
+
+
+@pytest.fixture
+def quiet() -> Console:
+    return Console(quiet=True)
+
+
+@pytest.fixture
+def built(tmp_path, sources, quiet):
+    """A gb10 bundle built from `sources`."""
+    return build_bundle(target="gb10", out=tmp_path / "dist" / "gb10", sources=sources, console=quiet)
+
+
+@pytest.fixture
+def run_cli(monkeypatch, capsys):
+    """Run `builder ARGS` in-process through cli.main (the real error -> exit code mapping)."""
+
+    def run(*args: str) -> tuple[int, str, str]:
+        monkeypatch.setattr(sys, "argv", ["builder", *args])
+        with pytest.raises(SystemExit) as exc:
+            cli.main()
+        out = capsys.readouterr()
+        return exc.value.code or 0, out.out, out.err
+
+    return run
