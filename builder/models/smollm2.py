@@ -6,7 +6,6 @@ saved float32 safetensors dir. Nothing touches the Hugging Face Hub.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import shutil
 import subprocess
@@ -18,6 +17,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict
 from rich.console import Console
 
+from builder.bundle.checksums import sha256_file
 from builder.constants import (
     MODELS_DIR,
     SMOLLM2_DIR_NAME,
@@ -58,7 +58,7 @@ def prepare_smollm2(*, models_dir: Path = MODELS_DIR) -> PreparedModel:
         prepared = PreparedModel(
             path=out,
             source=f"{SMOLLM2_PACKAGE}=={SMOLLM2_VERSION}",
-            gguf_sha256=_sha256(gguf),
+            gguf_sha256=sha256_file(gguf),
         )
         (staged / MARKER).write_text(prepared.model_dump_json(indent=2) + "\n")
         if out.exists():  # an incomplete dir from an interrupted run
@@ -131,11 +131,3 @@ def _convert(*, gguf: Path, out: Path) -> None:
     saved = json.loads((out / "config.json").read_text())
     if "quantization_config" in saved:
         raise ModelError(f"{out / 'config.json'} still has a quantization_config after conversion")
-
-
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
