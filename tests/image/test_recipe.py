@@ -32,7 +32,7 @@ def test_gpu_targets_patch_and_compile_kernels_on_the_base_engine(pinned, name):
     args = build_recipe(cfg).buildargs
     assert args["BASE_IMAGE"].endswith("@" + FAKE_DIGEST)
     assert args["ENGINE_SPEC"] == ""  # vllm/vllm-openai carries the engine
-    assert args["ENGINE_DIR"] == "/opt/qfn"
+    assert args["ENGINE_DIR"] == "/opt/qfn-engine"
     assert args["APPLY_PATCHES"] == "1"
     assert args["KERNEL_ARCH"] == cfg.target.gpu_arch
 

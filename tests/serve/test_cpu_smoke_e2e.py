@@ -23,7 +23,8 @@ from builder.constants import OCI_LABEL_PREFIX, QFN_LABEL_PREFIX, REPO_ROOT, SER
 from builder.image import build_image, pin_target
 from builder.serve import serve, stop
 
-pytestmark = [pytest.mark.docker, pytest.mark.slow]
+# A hung build or server must not eat the whole CI budget.
+pytestmark = [pytest.mark.docker, pytest.mark.slow, pytest.mark.timeout(2400)]
 
 HOST_CA = Path("/etc/ssl/certs/ca-certificates.crt")
 READY_TIMEOUT_S = 20 * 60
