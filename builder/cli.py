@@ -128,6 +128,9 @@ def serve(
     port: int | None = typer.Option(None, "--port", help="Host port (default: the target's server.port)."),
     timeout: float = typer.Option(45 * 60, "--timeout", help="Seconds to wait for ready before giving up."),
     name: str | None = typer.Option(None, "--name", help="Container name (default qfn-int8kv-<target>)."),
+    memory: str | None = typer.Option(
+        None, "--memory", help="Cap the container's memory (e.g. 100g): an OOM kill instead of a host lock-up."
+    ),
     stop: bool = typer.Option(False, "--stop", help="Stop and remove the target's running server instead."),
 ) -> None:
     """Run the target's image and wait until /health and /v1/models say it serves."""
@@ -139,7 +142,7 @@ def serve(
             typer.echo(f"removed {removed}")
         return
     served = serving.serve(
-        cfg=cfg, model_dir=model_dir, ple_dir=ple_dir, bind=bind, host_port=port, timeout_s=timeout, name=name
+        cfg=cfg, model_dir=model_dir, ple_dir=ple_dir, bind=bind, host_port=port, timeout_s=timeout, name=name, memory=memory
     )
     typer.echo(served.url)
 

@@ -36,6 +36,7 @@ class RunSpec(BaseModel):
     shm_size: str | None
     cap_add: list[str]
     labels: dict[str, str]
+    memory: str | None = None  # docker --memory: an OOM kill beats a host lock-up on unified memory
 
 
 def run_spec(
@@ -47,6 +48,7 @@ def run_spec(
     bind: str,
     host_port: int | None,
     name: str | None = None,
+    memory: str | None = None,
 ) -> RunSpec:
     t, srv = cfg.target, cfg.server
     mounts = [(str(model_dir.resolve()), CONTAINER_MODEL_DIR)]
@@ -75,6 +77,7 @@ def run_spec(
         # The PLE offload worker takes the engine's fds with pidfd_getfd, which needs ptrace rights.
         cap_add=["SYS_PTRACE"] if cfg.ple.cpu_offload else [],
         labels={SERVE_LABEL: t.name},
+        memory=memory,
     )
 
 
@@ -97,6 +100,7 @@ def start_container(*, client: docker.DockerClient, spec: RunSpec) -> Container:
             shm_size=spec.shm_size,
             cap_add=spec.cap_add or None,
             labels=spec.labels,
+            mem_limit=spec.memory,
         )
     except ImageNotFound as exc:
         raise ServeError(

@@ -36,6 +36,7 @@ def serve(
     host_port: int | None = None,
     timeout_s: float = SERVE_WAIT_TIMEOUT_S,
     name: str | None = None,
+    memory: str | None = None,
     console: Console | None = None,
 ) -> Served:
     """Run the target's image detached and return once it is ready; the server keeps running.
@@ -52,6 +53,7 @@ def serve(
         bind=bind,
         host_port=host_port,
         name=name,
+        memory=memory,
     )
     client = docker_client()
     container = start_container(client=client, spec=spec)

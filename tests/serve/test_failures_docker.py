@@ -23,7 +23,7 @@ http.server.HTTPServer(("0.0.0.0", 8000), H).serve_forever()
 """
 
 
-def _spec(image: str, port: int, command: list[str]) -> RunSpec:
+def _spec(image: str, port: int, command: list[str], memory: str | None = None) -> RunSpec:
     return RunSpec(
         image=image,
         name=f"qfn-int8kv-test-{port}",
@@ -36,6 +36,7 @@ def _spec(image: str, port: int, command: list[str]) -> RunSpec:
         shm_size=None,
         cap_add=[],
         labels={"org.qfn-int8kv.test": "serve"},
+        memory=memory,
     )
 
 
@@ -43,8 +44,8 @@ def _spec(image: str, port: int, command: list[str]) -> RunSpec:
 def run(docker_client, base_image, free_port):
     started = []
 
-    def go(command):
-        c = start_container(client=docker_client, spec=_spec(base_image, free_port, command))
+    def go(command, memory=None):
+        c = start_container(client=docker_client, spec=_spec(base_image, free_port, command, memory))
         started.append(c)
         return c, f"http://127.0.0.1:{free_port}"
 
@@ -80,3 +81,11 @@ def test_dead_engine_503_fails_now(run):
         wait_ready(url=url, served_name="m", timeout_s=120, alive=lambda: check_alive(container), poll_s=0.5)
     assert time.monotonic() - start < 30
     assert "503" in err.value.message
+
+
+def test_oom_killed_container_is_named_as_such(run):
+    # Allocates well past its 64 MiB cap while "loading", like a model load that runs out of memory.
+    container, url = run(["python3", "-c", "x = b\"x\" * (512 << 20); import time; time.sleep(600)"], memory="64m")
+    with pytest.raises(ServeError) as err:
+        wait_ready(url=url, served_name="m", timeout_s=120, alive=lambda: check_alive(container), poll_s=0.5)
+    assert "OOMKilled" in err.value.message
