@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import http.server
 import json
+import subprocess
+import sys
 import threading
 
 import pytest
@@ -85,3 +87,22 @@ def test_alive_check_runs_every_poll_and_its_error_ends_the_wait(server):
     with pytest.raises(ServeError, match="exit code 1"):
         wait_ready(url=server.url, served_name="smol", timeout_s=30, alive=alive, poll_s=0.1)
     assert len(calls) == 3
+
+
+def test_cli_wait_exits_with_serve_error_code_on_timeout(free_port):
+    proc = subprocess.run(
+        [sys.executable, "-m", "builder", "wait", "--url", f"http://127.0.0.1:{free_port}", "--served-name", "smol",
+         "--timeout", "2"],
+        capture_output=True, text=True, timeout=60,
+    )
+    assert proc.returncode == 40
+    assert "not ready after 2 s" in proc.stderr and "port closed" in proc.stderr
+
+
+def test_cli_wait_needs_a_name(free_port):
+    proc = subprocess.run(
+        [sys.executable, "-m", "builder", "wait", "--url", f"http://127.0.0.1:{free_port}"],
+        capture_output=True, text=True, timeout=60,
+    )
+    assert proc.returncode == 40
+    assert "--served-name" in proc.stderr
