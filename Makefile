@@ -41,15 +41,20 @@ checksums: $(STAMP)
 # pip inside the image build trusts this CA bundle (TLS-intercepting proxies); it is not kept in the image.
 CA_BUNDLE ?= $(wildcard /etc/ssl/certs/ca-certificates.crt)
 
-# cpu-smoke's base is built here (debootstrap -> docker import -> local registry) and pinned to
-# the digest it got on this machine; other targets' bases are pulled and pinned by hand.
+# cpu-smoke's base is built here (debootstrap -> docker import -> local registry). Its digest is
+# machine-local, so a copy of the target pinned to it lives under .cache/ (the checkout stays clean);
+# other targets' bases are pulled and pinned by hand (`builder pin --target T`).
+PINNED_CPU_SMOKE := .cache/targets/cpu-smoke.toml
+TARGET_ARG = $(if $(filter cpu-smoke,$(TARGET)),$(PINNED_CPU_SMOKE),$(TARGET))
+
 base-image:
 	bash scripts/host-setup.sh
 	bash scripts/build-base-image.sh --if-missing
 
 image: $(STAMP)
-	$(if $(filter cpu-smoke,$(TARGET)),$(MAKE) base-image && $(BIN)/python -m builder pin --target $(TARGET))
-	$(BIN)/python -m builder image --target $(TARGET) $(if $(CA_BUNDLE),--ca-bundle $(CA_BUNDLE))
+	$(if $(filter cpu-smoke,$(TARGET)),$(MAKE) base-image && mkdir -p $(dir $(PINNED_CPU_SMOKE)) \
+	  && cp targets/cpu-smoke.toml $(PINNED_CPU_SMOKE) && $(BIN)/python -m builder pin --target $(PINNED_CPU_SMOKE))
+	$(BIN)/python -m builder image --target $(TARGET_ARG) $(if $(CA_BUNDLE),--ca-bundle $(CA_BUNDLE))
 
 serve: $(STAMP)
-	$(BIN)/python -m builder serve --target $(TARGET)
+	$(BIN)/python -m builder serve --target $(TARGET_ARG)
