@@ -57,12 +57,14 @@ def test_image_has_labels_and_no_build_secrets(built, docker_client):
     # The CA bundle, wheel copies and builder source stayed in the build stage.
     out = docker_client.containers.run(
         built.tag,
-        ["sh", "-c", "ls /tmp; test -e /tmp/qfn-ca && echo CA-LEAKED; test -e /tmp/qfn-wheels && echo WHEELS-LEAKED;"
-         " python3 -c 'import vllm, sys; print(sys.executable)'; cat /opt/qfn/launch/launch-plan.json | head -c 0"],
+        ["sh", "-c", "test -e /tmp/qfn-ca && echo CA-LEAKED; test -e /tmp/qfn-wheels && echo WHEELS-LEAKED;"
+         " test -e /tmp/qfn-builder && echo BUILDER-LEAKED; python3 -c 'import sys; print(sys.executable)';"
+         " test -x /opt/qfn/launch/run_qsa_int8kv.sh && test -s /opt/qfn/launch/ENV.md && echo LAUNCH-OK"],
         remove=True,
     ).decode()
     assert "LEAKED" not in out
     assert "/opt/venv/bin/python3" in out
+    assert "LAUNCH-OK" in out
     history = json.dumps(docker_client.api.history(built.tag))
     assert "BEGIN CERTIFICATE" not in history
     assert built.kernel_report is None  # no GPU kernels on cpu-smoke
