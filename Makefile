@@ -37,6 +37,13 @@ render: $(STAMP)
 checksums: $(STAMP)
 	$(BIN)/python -m builder checksums
 
+# Publish the bundle of $(TARGET) to the Hub: a dry run that prints the plan unless YES=1.
+# make publish TARGET=gb10 REPO=org/name [YES=1] [PUBLISH_ARGS="--revision b --tag t --private --allow-failed-gates"]
+.PHONY: publish
+publish: $(STAMP)
+	@test -n "$(REPO)" || { echo "make publish: set REPO=org/name" >&2; exit 2; }
+	$(BIN)/builder publish $(OUT) --repo $(REPO) $(if $(YES),--yes) $(PUBLISH_ARGS)
+
 # --- image / serve (issue 5) ---
 # pip inside the image build trusts this CA bundle (TLS-intercepting proxies); it is not kept in the image.
 CA_BUNDLE ?= $(wildcard /etc/ssl/certs/ca-certificates.crt)

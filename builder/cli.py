@@ -103,6 +103,27 @@ def checksums() -> None:
     path = bundle_step.write_repo_checksums()
     out_console.print(f"wrote {path} ({len(bundle_step.shipped_files())} files)", highlight=False, soft_wrap=True)
 
+@app.command("publish")
+def publish_cmd(
+    bundle_dir: Path = typer.Argument(..., help="Bundle directory written by `builder bundle`."),
+    repo: str = typer.Option(..., "--repo", help="Hub model repo, 'org/name'."),
+    revision: str = typer.Option("main", "--revision", help="Branch to commit to (created when absent)."),
+    private: bool = typer.Option(False, "--private", help="Create the repo private (an existing repo keeps its visibility)."),
+    tag: str | None = typer.Option(None, "--tag", help="Tag for the commit (default: the bundle version)."),
+    yes: bool = typer.Option(False, "--yes", help="Upload. Without it, only the plan is printed (dry run)."),
+    allow_failed_gates: bool = typer.Option(
+        False, "--allow-failed-gates", help="Publish despite missing or failed gates; the model card then says so at the top."
+    ),
+) -> None:
+    """Publish a verified bundle to the Hugging Face Hub (dry run unless --yes)."""
+    # Imported here so other commands do not pay for importing huggingface_hub.
+    from builder.publish import PublishRequest, publish
+
+    request = PublishRequest.parse(
+        bundle_dir=bundle_dir, repo=repo, revision=revision, private=private, tag=tag, yes=yes, allow_failed_gates=allow_failed_gates
+    )
+    publish(request=request)
+
 
 # --- image / serve / wait / pin (issue 5) ---
 @app.command()

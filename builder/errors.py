@@ -108,6 +108,36 @@ class PublishError(BuilderError):
     exit_code = 60
 
 
+class PublishAuthError(PublishError):
+    """No Hub token in the standard places, or the Hub rejected it (401)."""
+
+    exit_code = 61
+
+
+class PublishPermissionError(PublishError):
+    """The token is valid but may not write to this repo (403, or 404 for a repo it cannot see)."""
+
+    exit_code = 62
+
+
+class PublishNetworkError(PublishError):
+    """The Hub could not be reached, or kept failing with transient errors after every retry."""
+
+    exit_code = 63
+
+
+class UnverifiedBundle(PublishError):
+    """The bundle does not match its CHECKSUMS.sha256 (or its manifest or model card is unusable)."""
+
+    exit_code = 64
+
+
+class GatesNotPassed(PublishError):
+    """Required gate evidence is missing or failed, and --allow-failed-gates was not given."""
+
+    exit_code = 65
+
+
 class ModelError(BuilderError):
     """A model could not be downloaded or converted to a servable dir."""
 

@@ -1,0 +1,58 @@
+"""Publish a verified bundle to the Hugging Face Hub: verify, check gates, plan, then (with --yes) upload."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from huggingface_hub import HfApi
+from rich.console import Console
+
+from builder import constants
+from builder.bundle.assemble import BUNDLE_EVIDENCE
+from builder.publish.gates import assess_gates, refuse_unless_passed
+from builder.publish.hub import Hub, require_token, token_source, upload
+from builder.publish.models import PublishPlan, PublishRequest
+from builder.publish.plan import make_plan, show_plan
+from builder.publish.stage import upload_source, verified
+
+__all__ = ["PublishPlan", "PublishRequest", "publish"]
+
+
+def publish(
+    *,
+    request: PublishRequest,
+    console: Console | None = None,
+    api_factory: Callable[..., Any] = HfApi,
+    sleep: Callable[[float], None] = time.sleep,
+) -> PublishPlan:
+    """Refuse an unverified bundle or failed gates before any Hub call; print the plan; upload with `yes`.
+
+    `api_factory(token=...)` builds the Hub client (tests pass a recording fake); `sleep` is the
+    retry backoff's clock.
+    """
+    console = console or Console()
+    bundle_dir: Path = request.bundle_dir
+    release = verified(bundle_dir)
+    report = assess_gates(evidence_dir=bundle_dir / BUNDLE_EVIDENCE)
+    refuse_unless_passed(report, allow_failed=request.allow_failed_gates)
+    with upload_source(bundle_dir, report=report) as source_dir:
+        plan = make_plan(request=request, release=release, source_dir=source_dir, report=report, token_source=token_source())
+        show_plan(plan, console=console)
+        if not request.yes:
+            console.print("[bold]dry run:[/] nothing was uploaded; re-run with --yes to publish this plan")
+            return plan
+        hub = Hub(
+            api_factory(token=require_token()),
+            repo=plan.repo,
+            console=console,
+            sleep=sleep,
+            attempts=constants.PUBLISH_RETRY_ATTEMPTS,
+            initial_s=constants.PUBLISH_RETRY_INITIAL_S,
+            max_s=constants.PUBLISH_RETRY_MAX_S,
+        )
+        info = upload(hub, plan=plan, source_dir=source_dir)
+    console.print(f"[bold green]published:[/] {info.commit_url} (tag {plan.tag})", highlight=False)
+    return plan

@@ -1,0 +1,83 @@
+"""The publish plan: built from the verified upload source, printed as rich tables."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+from builder import constants
+from builder.bundle import BundleManifest
+from builder.bundle.checksums import sha256_file
+from builder.publish.models import GateReport, PublishPlan, PublishRequest
+from builder.publish.stage import planned_files
+
+
+def make_plan(*, request: PublishRequest, release: BundleManifest, source_dir: Path, report: GateReport, token_source: str | None) -> PublishPlan:
+    checksums = sha256_file(source_dir / constants.CHECKSUMS_NAME)
+    bundle_checksums = sha256_file(request.bundle_dir / constants.CHECKSUMS_NAME)
+    card_modified = source_dir != request.bundle_dir
+    description = [
+        f"Release bundle of qfn-int8kv for target {release.target}, version {release.bundle_version}.",
+        f"{constants.CHECKSUMS_NAME} sha256: {checksums}; check a download with `sha256sum -c --strict {constants.CHECKSUMS_NAME}`.",
+        "Gates: " + ", ".join(f"{g.gate}={g.verdict}" for g in report.gates) + ".",
+    ]
+    if card_modified:
+        description.append(
+            f"Published with --allow-failed-gates: README.md carries a warning added at publish time and its line in "
+            f"{constants.CHECKSUMS_NAME} was re-hashed; the bundle as built had {constants.CHECKSUMS_NAME} sha256 {bundle_checksums}."
+        )
+    return PublishPlan(
+        repo=request.repo,
+        revision=request.revision,
+        private=request.private,
+        tag=request.tag or release.bundle_version,
+        release=release,
+        files=planned_files(source_dir),
+        commit_message=f"Release {release.target} {release.bundle_version} ({constants.CHECKSUMS_NAME} sha256:{checksums})",
+        commit_description="\n\n".join(description),
+        checksums_sha256=checksums,
+        bundle_checksums_sha256=bundle_checksums,
+        gates=report,
+        card_modified=card_modified,
+        token_source=token_source,
+    )
+
+
+def show_plan(plan: PublishPlan, *, console: Console) -> None:
+    files = Table(title=f"Files to upload ({len(plan.files)}, {_size(plan.total_bytes)})", title_justify="left")
+    files.add_column("path")
+    files.add_column("size", justify="right")
+    for f in plan.files:
+        files.add_row(f.path, _size(f.size))
+    console.print(files)
+
+    gates = Table(title="Gates", title_justify="left")
+    for column in ("gate", "verdict", "required", "summary"):
+        gates.add_column(column)
+    colour = {"pass": "green", "fail": "red", "missing": "red"}
+    for g in plan.gates.gates:
+        gates.add_row(g.gate, f"[{colour[g.verdict]}]{g.verdict}[/]", "yes" if g.required else "no", g.summary)
+    console.print(gates)
+
+    summary = Table(title="Publish plan", title_justify="left", show_header=False)
+    summary.add_column("what", style="bold")
+    summary.add_column("value", overflow="fold")
+    summary.add_row("repo", f"https://huggingface.co/{plan.repo} (model; if created: {'private' if plan.private else 'the namespace default visibility'})")
+    summary.add_row("revision", plan.revision)
+    summary.add_row("tag", plan.tag)
+    summary.add_row("commit message", plan.commit_message)
+    summary.add_row("target / version", f"{plan.release.target} / {plan.release.bundle_version}")
+    summary.add_row("model card", "[red]failed-gates warning added at publish time[/]" if plan.card_modified else "as built")
+    summary.add_row("stale remote files", "deleted in the same commit (listed at upload time)")
+    summary.add_row("token", plan.token_source or "[red]none found[/]: run `hf auth login` or set HF_TOKEN before --yes")
+    console.print(summary)
+
+
+def _size(n: int) -> str:
+    if n < 1024:
+        return f"{n} B"
+    if n < 1024**2:
+        return f"{n / 1024:.1f} KiB"
+    return f"{n / 1024**2:.1f} MiB"
