@@ -14,7 +14,7 @@ from pydantic import BaseModel, ConfigDict
 from rich.console import Console
 
 from builder.config import ReleaseConfig
-from builder.constants import EVIDENCE_DIR
+from builder.constants import EVIDENCE_DIR, REPO_ROOT
 from builder.errors import DockerError
 from builder.image.context import assemble_context
 from builder.image.daemon import daemon_arch, docker_client
@@ -43,15 +43,17 @@ def build_image(
     ca_bundle: Path | None = None,
     console: Console | None = None,
     evidence_dir: Path = EVIDENCE_DIR,
+    repo_root: Path = REPO_ROOT,
 ) -> BuiltImage:
     console = console or Console(stderr=True)
     recipe = build_recipe(cfg)  # refuses an unpinned base first: nothing else matters then
     client = docker_client()
     cross = _check_arch(client, recipe)
-    _require_base(client, recipe)
-    labels = image_labels(cfg=cfg, recipe=recipe)
+    labels = image_labels(cfg=cfg, recipe=recipe, repo_root=repo_root)
     with tempfile.TemporaryDirectory(prefix="qfn-build-") as tmp:
-        ctx = assemble_context(cfg=cfg, recipe=recipe, out=Path(tmp) / "ctx", ca_bundle=ca_bundle)
+        ctx = assemble_context(cfg=cfg, recipe=recipe, out=Path(tmp) / "ctx", ca_bundle=ca_bundle, repo_root=repo_root)
+        # Checked last, so "base image missing" means every other input of the build is in place.
+        _require_base(client, recipe)
         console.print(f"image: building {recipe.tag} from {recipe.base_image}", soft_wrap=True)
         start = time.monotonic()
         if cross:
@@ -81,7 +83,7 @@ def _check_arch(client: docker.DockerClient, recipe: BuildRecipe) -> bool:
         raise DockerError(
             f"target {recipe.target} is {recipe.platform} but the docker daemon is linux/{host}, "
             "and docker buildx is not installed",
-            hint=f"build on a {want} host, or install buildx and QEMU binfmt "
+            hint=f"build on an {want} host, or install buildx and QEMU binfmt "
             "(apt-get install docker-buildx qemu-user-static) for a cross-arch build",
         )
     return True
@@ -97,12 +99,12 @@ def _require_base(client: docker.DockerClient, recipe: BuildRecipe) -> None:
     try:
         client.images.pull(recipe.base_image)
     except APIError as exc:
-        name = recipe.base_image.split("@", 1)[0]
         raise DockerError(
             f"base image {recipe.base_image} of target {recipe.target} is not on this host and could not "
-            f"be pulled ({exc.explanation or exc})",
-            hint=f"on a host that reaches its registry: `docker pull {name}` then `builder pin --target "
-            f"{recipe.target}`; or load it here (`docker load`) under that digest",
+            f"be pulled ({exc.explanation or exc}); it is the only input missing for this build",
+            hint=f"`docker pull {recipe.base_image}` where its registry is reachable (then `docker save` | "
+            "`docker load` to bring it here), or re-pin to an image you have: set target.base_image to its "
+            f"tag and run `builder pin --target {recipe.target}`",
         ) from exc
 
 

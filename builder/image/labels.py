@@ -10,7 +10,7 @@ from pathlib import Path
 
 from builder import __version__
 from builder.config import ReleaseConfig
-from builder.constants import ENV_SOURCE_URL, OCI_LABEL_PREFIX, PATCHES_DIR, QFN_LABEL_PREFIX, REPO_ROOT
+from builder.constants import ENV_SOURCE_URL, OCI_LABEL_PREFIX, QFN_LABEL_PREFIX, REPO_ROOT
 from builder.image.recipe import BuildRecipe
 
 
@@ -32,7 +32,7 @@ def image_labels(
         "target": cfg.target.name,
         "engine": f"{engine.package}=={engine.version}",
         "kv-cache-dtype": cfg.kv_cache.dtype,
-        "patch-series.sha256": patch_series_sha256(PATCHES_DIR) if cfg.patches.apply else "none (patches.apply = false)",
+        "patch-series.sha256": patch_series_sha256(repo_root / "bundle" / "patches") if cfg.patches.apply else "none (patches.apply = false)",
     }
     return {f"{OCI_LABEL_PREFIX}.{k}": v for k, v in oci.items()} | {f"{QFN_LABEL_PREFIX}.{k}": v for k, v in ours.items()}
 

@@ -3,6 +3,7 @@ locally built base image, a free port."""
 
 from __future__ import annotations
 
+import shutil
 import socket
 import subprocess
 
@@ -48,3 +49,22 @@ def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+@pytest.fixture
+def fake_repo(tmp_path_factory):
+    """A checkout holding the real Dockerfile and docker/, a stub builder, and optionally a patch series."""
+
+    def make(*, series: bool):
+        repo = tmp_path_factory.mktemp("repo")
+        shutil.copy(REPO_ROOT / "Dockerfile", repo / "Dockerfile")
+        shutil.copytree(REPO_ROOT / "docker", repo / "docker")
+        (repo / "pyproject.toml").write_text("[project]\nname = 'stub'\n")
+        (repo / "builder").mkdir()
+        (repo / "builder" / "__init__.py").write_text("")
+        if series:
+            (repo / "bundle" / "patches").mkdir(parents=True)
+            (repo / "bundle" / "patches" / "series").write_text("qsa-int8.diff\n")
+        return repo
+
+    return make

@@ -36,14 +36,21 @@ def test_cross_arch_without_buildx_is_refused(pinned, docker_client):
 
 
 @pytest.mark.parametrize("name", ["h200", "cmp170hx-x2"])
-def test_gpu_target_builds_up_to_its_missing_base_image(pinned, docker_client, name):
+def test_gpu_target_builds_up_to_its_missing_base_image(pinned, docker_client, fake_repo, name):
     cfg = pinned(name)
     with pytest.raises(DockerError) as err:
-        build_image(cfg=cfg)
+        build_image(cfg=cfg, repo_root=fake_repo(series=True))
     msg = err.value.message
     assert f"base image {cfg.target.base_image} of target {name} is not on this host" in msg
-    assert f"docker pull {cfg.target.base_image.split('@')[0]}" in err.value.hint
+    assert "the only input missing" in msg
+    assert f"docker pull {cfg.target.base_image}" in err.value.hint
     assert f"builder pin --target {name}" in err.value.hint
+
+
+def test_gpu_target_without_its_patch_series_says_so_before_the_base(pinned, docker_client, fake_repo):
+    with pytest.raises(DockerError) as err:
+        build_image(cfg=pinned("h200"), repo_root=fake_repo(series=False))
+    assert "bundle/patches/series is missing" in err.value.message
 
 
 @pytest.fixture

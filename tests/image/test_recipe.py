@@ -68,24 +68,7 @@ def test_patch_series_digest_changes_with_any_byte(tmp_path):
     assert patch_series_sha256(tmp_path) != first
 
 
-def _repo(tmp_path, *, series: bool):
-    from builder.constants import REPO_ROOT
-
-    repo = tmp_path / "repo"
-    (repo / "docker").mkdir(parents=True)
-    (repo / "Dockerfile").write_text((REPO_ROOT / "Dockerfile").read_text())
-    for f in (REPO_ROOT / "docker").iterdir():
-        (repo / "docker" / f.name).write_text(f.read_text())
-    (repo / "pyproject.toml").write_text("[project]\nname='x'\n")
-    (repo / "builder").mkdir()
-    (repo / "builder" / "__init__.py").write_text("")
-    if series:
-        (repo / "bundle" / "patches").mkdir(parents=True)
-        (repo / "bundle" / "patches" / "series").write_text("qsa-int8.diff\n")
-    return repo
-
-
-def test_context_for_cpu_smoke_has_wheel_ca_and_launch_plan(pinned, tmp_path):
+def test_context_for_cpu_smoke_has_wheel_ca_and_launch_plan(pinned, tmp_path, fake_repo):
     cfg = pinned("cpu-smoke")
     wheels = tmp_path / "wheels"
     wheels.mkdir()
@@ -93,7 +76,7 @@ def test_context_for_cpu_smoke_has_wheel_ca_and_launch_plan(pinned, tmp_path):
     ca = tmp_path / "ca.pem"
     ca.write_text("-----BEGIN CERTIFICATE-----\n")
     recipe = build_recipe(cfg, wheel_dir=wheels)
-    ctx = assemble_context(cfg=cfg, recipe=recipe, out=tmp_path / "ctx", ca_bundle=ca, repo_root=_repo(tmp_path, series=False))
+    ctx = assemble_context(cfg=cfg, recipe=recipe, out=tmp_path / "ctx", ca_bundle=ca, repo_root=fake_repo(series=False))
     assert (ctx / "context/wheels/torch-2.13.0+cpu-cp311-cp311-manylinux_2_28_x86_64.whl").read_bytes() == b"w"
     assert (ctx / "context/ca/ca.crt").read_text() == ca.read_text()
     script = ctx / "context/launch/run_qsa_int8kv.sh"
@@ -102,22 +85,22 @@ def test_context_for_cpu_smoke_has_wheel_ca_and_launch_plan(pinned, tmp_path):
     assert list((ctx / "context/builder").iterdir()) == []  # no patches: the builder is not shipped
 
 
-def test_context_names_a_missing_engine_wheel(pinned, tmp_path):
+def test_context_names_a_missing_engine_wheel(pinned, tmp_path, fake_repo):
     cfg = pinned("cpu-smoke")
     recipe = build_recipe(cfg, wheel_dir=tmp_path)
     with pytest.raises(DockerError) as err:
-        assemble_context(cfg=cfg, recipe=recipe, out=tmp_path / "ctx", ca_bundle=None, repo_root=_repo(tmp_path, series=False))
+        assemble_context(cfg=cfg, recipe=recipe, out=tmp_path / "ctx", ca_bundle=None, repo_root=fake_repo(series=False))
     assert "torch-2.13.0+cpu-*.whl" in err.value.message
     assert "QFN_WHEEL_DIR" in err.value.hint
 
 
-def test_context_for_gpu_target_needs_the_series_and_ships_the_builder(pinned, tmp_path):
+def test_context_for_gpu_target_needs_the_series_and_ships_the_builder(pinned, tmp_path, fake_repo):
     cfg = pinned("h200")
     recipe = build_recipe(cfg)
     with pytest.raises(DockerError) as err:
-        assemble_context(cfg=cfg, recipe=recipe, out=tmp_path / "a", ca_bundle=None, repo_root=_repo(tmp_path / "x", series=False))
+        assemble_context(cfg=cfg, recipe=recipe, out=tmp_path / "a", ca_bundle=None, repo_root=fake_repo(series=False))
     assert "bundle/patches/series" in err.value.message
-    ctx = assemble_context(cfg=cfg, recipe=recipe, out=tmp_path / "b", ca_bundle=None, repo_root=_repo(tmp_path / "y", series=True))
+    ctx = assemble_context(cfg=cfg, recipe=recipe, out=tmp_path / "b", ca_bundle=None, repo_root=fake_repo(series=True))
     assert (ctx / "context/builder/bundle/patches/series").is_file()
     assert (ctx / "context/builder/builder/__init__.py").is_file()
     assert not (ctx / "context/ca/ca.crt").exists()
