@@ -70,6 +70,17 @@ def test_image_has_labels_and_no_build_secrets(built, docker_client):
     assert built.kernel_report is None  # no GPU kernels on cpu-smoke
 
 
+def test_entrypoint_and_launch_script_refuse_a_missing_model(built, docker_client):
+    from docker.errors import ContainerError
+
+    with pytest.raises(ContainerError) as err:  # no command: the baked launch script runs
+        docker_client.containers.run(built.tag, remove=True, stderr=True)
+    assert err.value.exit_status == 2 and b"MODEL_DIR is not set" in err.value.stderr
+    with pytest.raises(ContainerError) as err:
+        docker_client.containers.run(built.tag, environment={"MODEL_DIR": "/nope"}, remove=True, stderr=True)
+    assert err.value.exit_status == 66 and b"MODEL_DIR=/nope is not a directory" in err.value.stderr
+
+
 def test_build_record_comes_out_of_the_image(built, docker_client, tmp_path):
     dest = extract_file(client=docker_client, image=built.tag, path="/opt/qfn/build-info.json", dest=tmp_path / "b.json")
     record = json.loads(dest.read_text())
