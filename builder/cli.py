@@ -125,6 +125,73 @@ def publish_cmd(
     publish(request=request)
 
 
+# --- image / serve / wait / pin (issue 5) ---
+@app.command()
+def image(
+    target: str = typer.Option(..., "--target", "-t", help="Target name (targets/<name>.toml) or a .toml path."),
+    ca_bundle: Path | None = typer.Option(
+        None, "--ca-bundle", help="PEM bundle pip inside the build trusts (TLS-intercepting proxy); not kept in the image."
+    ),
+) -> None:
+    """Build the serving image qfn-int8kv:<target>-<version> with the docker SDK."""
+    from builder.image import build_image
+
+    built = build_image(cfg=config.load_target(target), ca_bundle=ca_bundle)
+    typer.echo(built.tag)
+
+
+@app.command()
+def serve(
+    target: str = typer.Option(..., "--target", "-t", help="Target name or .toml path."),
+    model_dir: Path | None = typer.Option(None, "--model-dir", help="Local model snapshot (mounted read-only)."),
+    ple_dir: Path | None = typer.Option(None, "--ple-dir", help="Host dir with the PLE table (mounted read-only)."),
+    bind: str = typer.Option("127.0.0.1", "--bind", help="Host address the port is published on."),
+    port: int | None = typer.Option(None, "--port", help="Host port (default: the target's server.port)."),
+    timeout: float = typer.Option(45 * 60, "--timeout", help="Seconds to wait for ready before giving up."),
+    name: str | None = typer.Option(None, "--name", help="Container name (default qfn-int8kv-<target>)."),
+    memory: str | None = typer.Option(
+        None, "--memory", help="Cap the container's memory (e.g. 100g): an OOM kill instead of a host lock-up."
+    ),
+    stop: bool = typer.Option(False, "--stop", help="Stop and remove the target's running server instead."),
+) -> None:
+    """Run the target's image and wait until /health and /v1/models say it serves."""
+    from builder import serve as serving
+
+    cfg = config.load_target(target)
+    if stop:
+        for removed in serving.stop(target=cfg.target.name, name=name):
+            typer.echo(f"removed {removed}")
+        return
+    served = serving.serve(
+        cfg=cfg, model_dir=model_dir, ple_dir=ple_dir, bind=bind, host_port=port, timeout_s=timeout, name=name, memory=memory
+    )
+    typer.echo(served.url)
+
+
+@app.command()
+def wait(
+    url: str = typer.Option(..., "--url", help="Base URL of a server started elsewhere, e.g. http://127.0.0.1:8000."),
+    served_name: str | None = typer.Option(None, "--served-name", help="Model id /v1/models must list."),
+    target: str | None = typer.Option(None, "--target", "-t", help="Take the served name from this target."),
+    timeout: float = typer.Option(45 * 60, "--timeout", help="Seconds to wait before giving up."),
+) -> None:
+    """Wait for an OpenAI-compatible endpoint to be ready (503 fails at once)."""
+    from builder.errors import ServeError
+    from builder.serve import wait_ready
+
+    name = served_name or (config.load_target(target).model.served_name if target else None)
+    if name is None:
+        raise ServeError("wait needs the model name to look for", hint="pass --served-name NAME or --target X")
+    wait_ready(url=url, served_name=name, timeout_s=timeout)
+
+
+@app.command()
+def pin(target: str = typer.Option(..., "--target", "-t", help="Target name or .toml path to pin.")) -> None:
+    """Resolve the target's base_image to its registry digest and write it into the target file."""
+    from builder.image import pin_target
+
+    typer.echo(pin_target(target=target))
+
 # --- measure (benchmark, quality gates) ---
 
 def _int_list(text: str | None) -> list[int] | None:

