@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: bundle test checksums clean
+.PHONY: bundle test checksums clean patches-check
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -21,3 +21,7 @@ test: $(STAMP)
 
 clean:
 	rm -rf $(VENV) dist
+
+# Dry-run the INT8 QSA patch series against the pinned vllm==0.33.0 wheel (downloaded once, cached).
+patches-check: $(STAMP)
+	$(BIN)/python -m builder patches check

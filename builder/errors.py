@@ -106,3 +106,9 @@ class PublishError(BuilderError):
     """The bundle may not be published, or the Hub refused it."""
 
     exit_code = 60
+
+
+class KernelFitError(BuilderError):
+    """A production QSA tile config does not compile, or exceeds the arch's shared memory."""
+
+    exit_code = 22
