@@ -96,10 +96,10 @@ def patches_aot(
 
     report = compile_qsa_kernels(engine_root=engine, arch=arch, json_out=json_out)
     table = Table(title=f"QSA split-K kernel on {arch} (Triton {report.triton_version}, max shared {report.max_shared_bytes} B)")
-    for column in ("cache", "group", "BLOCK_N", "warps", "splits", "shared B", "regs", "local B"):
+    for column in ("cache", "GQA", "BLOCK_N", "warps", "splits", "shared B", "regs", "local B"):
         table.add_column(column, justify="right")
     for c in report.configs:
-        table.add_row(c.cache_dtype, str(c.group_size), str(c.block_n), str(c.num_warps), str(c.num_splits), str(c.shared_bytes), str(c.registers), str(c.local_bytes))
+        table.add_row(c.cache_dtype, f"{c.num_query_heads}/{c.num_kv_heads}", str(c.block_n), str(c.num_warps), str(c.num_splits), str(c.shared_bytes), str(c.registers), str(c.local_bytes))
     out_console.print(table)
 
 

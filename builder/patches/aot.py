@@ -32,7 +32,8 @@ _RESOURCE = re.compile(r"REG:(\d+) STACK:(\d+) SHARED:(\d+) LOCAL:(\d+)")
 
 class KernelConfig(BaseModel):
     cache_dtype: str
-    group_size: int
+    num_query_heads: int
+    num_kv_heads: int
     block_n: int
     num_warps: int
     num_splits: int
@@ -74,22 +75,62 @@ def _cache_type(dtype: str, capability: tuple[int, int]) -> str:
     return "*fp8e4nv" if capability >= (8, 9) else "*u8"
 
 
-def _signature(kernel, *, cache: str, splits: int, int8: bool) -> dict[str, str]:
+def _runtime_ints(*, dtype: str, num_q_heads: int, num_kv_heads: int, page: int) -> dict[str, int]:
+    """Integer arguments as the impl passes them in production (TP1/TP2, 32K-token
+    requests), so the AOT build gets the same 1 / multiple-of-16 specializations
+    (and so the same vectorization, pipelining and shared memory) as the JIT."""
+    row = 2 * HEAD_DIM  # K|V slot in cache elements
+    page_elems = num_kv_heads * page * row
+    if dtype == "int8":
+        page_elems += 2 * page * num_kv_heads * 4  # the scale tail, in bytes == elements
+    ints = {
+        "stride_q_row": num_q_heads * HEAD_DIM, "stride_q_head": HEAD_DIM,
+        "stride_k_block": page_elems, "stride_k_token": row, "stride_k_head": page * row,
+        "stride_v_block": page_elems, "stride_v_token": row, "stride_v_head": page * row,
+        "stride_indices_row": SELECTION_WIDTH + 1, "stride_table_req": 32768 // page,
+        "stride_output_row": num_q_heads * HEAD_DIM, "stride_output_head": HEAD_DIM,
+        "stride_output_gate_row": num_q_heads * HEAD_DIM, "stride_output_gate_head": HEAD_DIM,
+        "num_rows": 2, "num_cache_blocks": 4096, "num_requests": 2,  # first and last: do_not_specialize
+    }  # fmt: skip
+    if dtype == "int8":
+        ints |= {"stride_scale_block": page_elems // 4, "stride_scale_token": num_kv_heads, "stride_scale_head": 1}
+    else:
+        ints |= {"stride_scale_block": 0, "stride_scale_token": 0, "stride_scale_head": 0}
+    return ints
+
+
+def _source(kernel, *, cache: str, splits: int, dtype: str, constexprs: dict, ints: dict[str, int]):
+    """ASTSource with the JIT's specialization: ints equal to 1 become constants,
+    pointers and multiples of 16 get tt.divisibility 16."""
+    from triton.compiler import ASTSource
+
     partial = "*fp32" if splits > 1 else "*bf16"
-    types = {
+    scale = "*fp32" if dtype == "int8" else cache
+    pointers = {
         "q_ptr": "*bf16", "k_cache_ptr": cache, "v_cache_ptr": cache,
         "indices_ptr": "*i32", "block_table_ptr": "*i32", "token_to_req_ptr": "*i32",
         "partial_output_ptr": partial, "partial_lse_ptr": partial, "output_ptr": "*bf16",
-        "softmax_scale": "fp32", "output_scale": "fp32", "output_gate_ptr": "*bf16",
-        "k_scale_ptr": "*fp32" if int8 else cache, "v_scale_ptr": "*fp32" if int8 else cache,
+        "output_gate_ptr": "*bf16", "k_scale_ptr": scale, "v_scale_ptr": scale,
     }  # fmt: skip
-    signature = {}
-    for name, param in zip(kernel.arg_names, kernel.params):
+    floats = {"softmax_scale", "output_scale"}
+    unspecialized = {"num_rows", "num_requests"}
+    signature, constants, attrs = {}, dict(constexprs), {}
+    for index, (name, param) in enumerate(zip(kernel.arg_names, kernel.params)):
         if param.is_constexpr:
             signature[name] = "constexpr"
+        elif name in pointers:
+            signature[name] = pointers[name]
+            attrs[(index,)] = [["tt.divisibility", 16]]
+        elif name in floats:
+            signature[name] = "fp32"
+        elif ints[name] == 1 and name not in unspecialized:
+            signature[name] = "constexpr"
+            constants[name] = 1
         else:
-            signature[name] = types.get(name, "i32")
-    return signature
+            signature[name] = "i32"
+            if ints[name] % 16 == 0 and name not in unspecialized:
+                attrs[(index,)] = [["tt.divisibility", 16]]
+    return ASTSource(fn=kernel, signature=signature, constexprs=constants, attrs=attrs)
 
 
 def _resources(cubin: bytes, cuobjdump: Path) -> tuple[int, int]:
@@ -103,8 +144,8 @@ def _resources(cubin: bytes, cuobjdump: Path) -> tuple[int, int]:
     return int(match[1]), int(match[2]) + int(match[4])
 
 
-def production_configs(ops: ModuleType) -> set[tuple[str, int, int, int, int, int]]:
-    """(dtype, group, block_n, warps, tiles, splits) the dispatch can pick."""
+def production_configs(ops: ModuleType) -> set[tuple[str, int, int, int, int, int, int]]:
+    """(dtype, q_heads, kv_heads, block_n, warps, tiles, splits) the dispatch can pick."""
     configs = set()
     for dtype in ("bf16", "fp8", "int8"):
         for num_q_heads, num_kv_heads in GQA_SHAPES:
@@ -113,7 +154,7 @@ def production_configs(ops: ModuleType) -> set[tuple[str, int, int, int, int, in
                     block_n, warps, tiles, splits = ops._select_config(
                         rows, num_kv_heads, prefill, SELECTION_WIDTH, dtype == "fp8", dtype == "int8"
                     )
-                    configs.add((dtype, num_q_heads // num_kv_heads, block_n, warps, tiles, splits))
+                    configs.add((dtype, num_q_heads, num_kv_heads, block_n, warps, tiles, splits))
     return configs
 
 
@@ -127,7 +168,6 @@ def compile_qsa_kernels(
     """
     import triton
     from triton.backends.compiler import GPUTarget
-    from triton.compiler import ASTSource
 
     capability = _capability(arch)
     ops = _loader().load_qsa_ops(Path(engine_root), capability=capability)
@@ -136,15 +176,16 @@ def compile_qsa_kernels(
     target = GPUTarget("cuda", capability[0] * 10 + capability[1], 32)
     limit = ARCH_MAX_SHARED_BYTES[arch]
     results = []
-    for dtype, group, block_n, warps, tiles, splits in sorted(production_configs(ops)):
+    for dtype, num_q_heads, num_kv_heads, block_n, warps, tiles, splits in sorted(production_configs(ops)):
+        group = num_q_heads // num_kv_heads
         constexprs = {
-            "TOPK": SELECTION_WIDTH, "PAGE_SIZE": page_size, "PAGE_TABLE_WIDTH": 4096,
-            "GROUP_SIZE": group, "HEAD_DIM": HEAD_DIM, "NUM_QUERY_HEADS": 24 if group == 12 else group,
+            "TOPK": SELECTION_WIDTH, "PAGE_SIZE": page_size, "PAGE_TABLE_WIDTH": 32768 // page_size,
+            "GROUP_SIZE": group, "HEAD_DIM": HEAD_DIM, "NUM_QUERY_HEADS": num_q_heads,
             "NUM_SPLITS": splits, "NUM_TILES": tiles, "BLOCK_M": triton.next_power_of_2(group),
             "BLOCK_N": block_n,
         }  # fmt: skip
-        signature = _signature(kernel, cache=_cache_type(dtype, capability), splits=splits, int8=dtype == "int8")
-        source = ASTSource(fn=kernel, signature=signature, constexprs=constexprs)
+        ints = _runtime_ints(dtype=dtype, num_q_heads=num_q_heads, num_kv_heads=num_kv_heads, page=page_size)
+        source = _source(kernel, cache=_cache_type(dtype, capability), splits=splits, dtype=dtype, constexprs=constexprs, ints=ints)
         try:
             compiled = triton.compile(source, target=target, options={"num_warps": warps, "num_stages": 2})
         except Exception as exc:  # the compiler raises many types; any is a failed config
@@ -156,7 +197,7 @@ def compile_qsa_kernels(
         registers, local = _resources(compiled.asm["cubin"], cuobjdump)
         results.append(
             KernelConfig(
-                cache_dtype=dtype, group_size=group, block_n=block_n, num_warps=warps, num_splits=splits,
+                cache_dtype=dtype, num_query_heads=num_q_heads, num_kv_heads=num_kv_heads, block_n=block_n, num_warps=warps, num_splits=splits,
                 shared_bytes=shared, registers=registers, local_bytes=local, fits=shared <= limit,
             )  # fmt: skip
         )
