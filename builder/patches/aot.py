@@ -144,10 +144,13 @@ def _resources(cubin: bytes, cuobjdump: Path) -> tuple[int, int]:
     return int(match[1]), int(match[2]) + int(match[4])
 
 
-def production_configs(ops: ModuleType) -> set[tuple[str, int, int, int, int, int, int]]:
+CACHE_DTYPES = ("bf16", "fp8", "int8")
+
+
+def production_configs(ops: ModuleType, cache_dtypes=CACHE_DTYPES) -> set[tuple[str, int, int, int, int, int, int]]:
     """(dtype, q_heads, kv_heads, block_n, warps, tiles, splits) the dispatch can pick."""
     configs = set()
-    for dtype in ("bf16", "fp8", "int8"):
+    for dtype in cache_dtypes:
         for num_q_heads, num_kv_heads in GQA_SHAPES:
             for rows in range(1, 8193):
                 for prefill in (False, True):
@@ -159,7 +162,13 @@ def production_configs(ops: ModuleType) -> set[tuple[str, int, int, int, int, in
 
 
 def compile_qsa_kernels(
-    *, engine_root: Path, arch: str, page_size: int = 64, strict: bool = True, json_out: Path | None = None
+    *,
+    engine_root: Path,
+    arch: str,
+    page_size: int = 64,
+    strict: bool = True,
+    json_out: Path | None = None,
+    cache_dtypes: tuple[str, ...] = CACHE_DTYPES,
 ) -> AotReport:
     """Compile every production config of the patched split-K kernel for ``arch``.
 
@@ -176,7 +185,7 @@ def compile_qsa_kernels(
     target = GPUTarget("cuda", capability[0] * 10 + capability[1], 32)
     limit = ARCH_MAX_SHARED_BYTES[arch]
     results = []
-    for dtype, num_q_heads, num_kv_heads, block_n, warps, tiles, splits in sorted(production_configs(ops)):
+    for dtype, num_q_heads, num_kv_heads, block_n, warps, tiles, splits in sorted(production_configs(ops, cache_dtypes)):
         group = num_q_heads // num_kv_heads
         constexprs = {
             "TOPK": SELECTION_WIDTH, "PAGE_SIZE": page_size, "PAGE_TABLE_WIDTH": 32768 // page_size,
