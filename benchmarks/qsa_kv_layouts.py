@@ -107,7 +107,6 @@ def copy_bandwidth(reps: int) -> float:
     src = torch.empty(1 << 31, dtype=torch.uint8, device="cuda")
     dst = torch.empty_like(src)
     times = time_launches({"copy": lambda: dst.copy_(src)}, reps=reps, warmup=3)["copy"]
-    del src, dst
     return 2 * (1 << 31) / (statistics.median(times) * 1e-3) / 1e12
 
 

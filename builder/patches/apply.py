@@ -9,11 +9,11 @@ first and refuses to touch the target if anything fails.
 from __future__ import annotations
 
 import py_compile
-from collections.abc import Callable
 import re
 import shutil
 import subprocess
 import tempfile
+from collections.abc import Callable
 from enum import Enum
 from pathlib import Path
 
@@ -21,7 +21,13 @@ from pydantic import BaseModel
 
 from builder.constants import PATCHES_DIR
 from builder.errors import PatchError
-from builder.patches.series import NEW_FILE, Patch, PatchedFile, load_series, sha256_file
+from builder.patches.series import (
+    NEW_FILE,
+    Patch,
+    PatchedFile,
+    load_series,
+    sha256_file,
+)
 
 _FAILED_HUNK = re.compile(r"Hunk #(\d+) FAILED at (\d+)")
 

@@ -24,8 +24,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from qsa_cases import HEAD_DIM, make_cache, make_selection  # noqa: E402
 from qsa_loader import OPS_RELPATH, load_file_as, load_ops_module, load_qsa_ops  # noqa: E402
 from qsa_reference import (  # noqa: E402
-    quantize_int8_per_row,
     qsa_sparse_attention_reference,
+    quantize_int8_per_row,
     relative_rms_error,
 )
 

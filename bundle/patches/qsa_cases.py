@@ -11,7 +11,6 @@ import dataclasses
 from typing import Any
 
 import torch
-
 from qsa_reference import fp8_per_tensor_scale
 
 HEAD_DIM = 256

@@ -8,9 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from builder.constants import PATCHES_DIR
-
 from builder.constants import ENGINE_QSA_DIR as QSA_DIR
+from builder.constants import PATCHES_DIR
 
 
 @pytest.fixture(scope="session")

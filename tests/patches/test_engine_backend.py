@@ -56,7 +56,10 @@ def test_page_size_counts_side_scales(backend):
 def test_scale_views_carved_from_vllm_allocated_pages(backend, layout_name):
     """vLLM's own view builder over a padded page: scales land in the tail, never in any
     layer's K/V rows, and the rows pass the 128-byte lint."""
-    from vllm.models.qwen4_exp.nvidia.ops.qsa_kv_layout import carve_int8_scale_caches, check_kv_row_alignment
+    from vllm.models.qwen4_exp.nvidia.ops.qsa_kv_layout import (
+        carve_int8_scale_caches,
+        check_kv_row_alignment,
+    )
     from vllm.v1.kv_cache_interface import KVCacheTensor, create_kv_cache_views
     from vllm.v1.kv_cache_layout import KVCacheLayout
 
