@@ -7,7 +7,8 @@ where only the strides differ. Each case uses a KV pool of at least 256K tokens
 (far above the 60 MB L2) and random top-k selections. Timing: CUDA events per
 launch, warm-up, median of --reps launches, arms interleaved within every rep.
 Also measures device copy bandwidth and int8 quantize-on-write throughput in the
-same run, and optionally sweeps int8 tile configs (--sweep) to tune sm_90.
+same run. --sweep instead times every int8 tile candidate (BLOCK_N, warps,
+splits, pipeline stages) per case, for tuning sm_90 (see qsa_int8_table.py).
 
     python benchmarks/qsa_kv_layouts.py --engine PATCHED --upstream PRISTINE --out OUTDIR
 """
@@ -116,12 +117,17 @@ def gathered_bytes(case: Case, arm: str) -> int:
     return case.rows * case.width * case.kv_heads * per_row
 
 
-def make_arm(arm: str, ops, upstream, layout, k, v, inputs, case: Case, config=None):
-    num_blocks, table, t2r, logical, q, gate = inputs
+def make_arm(arm: str, ops, upstream, layout, k, v, inputs, case: Case):
     dtype = "int8" if arm.startswith("int8") else arm
     row_bytes = int(arm.split("row")[1]) if "row" in arm else HEAD_DIM
     cache = make_cache(ops, layout, dtype, k, v, row_bytes=row_bytes)
     module = upstream if arm in ("bf16", "fp8") else ops
+    return make_launch(module, cache, inputs, case), cache
+
+
+def make_launch(module, cache, inputs, case: Case):
+    _, _, t2r, logical, q, gate = inputs
+    table = inputs[1]
     out = torch.empty_like(q)
 
     def launch():
@@ -130,20 +136,36 @@ def make_arm(arm: str, ops, upstream, layout, k, v, inputs, case: Case, config=N
             output_gate=gate, **cache.kwargs,
         )  # fmt: skip
 
-    if config is None:
-        return launch, cache
+    return launch
+
+
+class _StagesOverride:
+    """Stands in for the split-K kernel object: the same launch, other num_stages."""
+
+    def __init__(self, kernel, stages: int) -> None:
+        self.kernel, self.stages = kernel, stages
+
+    def __getitem__(self, grid):
+        launch = self.kernel[grid]
+        return lambda *args, **kwargs: launch(*args, **{**kwargs, "num_stages": self.stages})
+
+
+def forced_launch(ops, launch, config: tuple[int, int, int, int]):
+    """Run launch with the int8 dispatch forced to (block_n, warps, target_splits, stages)."""
+    block_n, warps, splits, stages = config
 
     def forced():
-        original = ops._select_config
+        select, kernel = ops._select_config, ops._qsa_sparse_paged_gqa_splitk_kernel
         ops._select_config = lambda rows, nkv, prefill, cols, is_fp8=False, is_int8=False: (
-            config[0], config[1], -(-cols // config[0]), min(config[2], -(-cols // config[0]))
+            block_n, warps, -(-cols // block_n), min(splits, -(-cols // block_n))
         )
+        ops._qsa_sparse_paged_gqa_splitk_kernel = _StagesOverride(kernel, stages)
         try:
             launch()
         finally:
-            ops._select_config = original
+            ops._select_config, ops._qsa_sparse_paged_gqa_splitk_kernel = select, kernel
 
-    return forced, cache
+    return forced
 
 
 def quantize_on_write(ops, layout, copy_tbps: float, reps: int) -> dict:
@@ -163,25 +185,87 @@ def quantize_on_write(ops, layout, copy_tbps: float, reps: int) -> dict:
 
 SWEEP_BLOCK_N = (32, 64, 128)
 SWEEP_WARPS = (1, 2, 4)
+SWEEP_STAGES = (1, 2, 3)
 
 
-def sweep_int8(case: Case, ops, upstream, layout, k, v, inputs, reps: int) -> list[dict]:
-    splits = (1, 2) if case.rows * case.kv_heads > 2048 else (2, 4, 8, 16)
-    fns = {}
-    for bn in SWEEP_BLOCK_N:
-        for w in SWEEP_WARPS:
-            for s in splits:
-                fns[f"{bn}/{w}/{s}"] = make_arm("int8", ops, upstream, layout, k, v, inputs, case, config=(bn, w, s))[0]
+def sweep_splits(case: Case) -> tuple[int, ...]:
+    """Split counts worth trying: fewer programs need more splits to fill 132 SMs."""
+    base_programs = case.rows * case.kv_heads
+    if base_programs > 2048:
+        return (1, 2, 4)
+    if base_programs > 1024:
+        return (1, 2, 4, 8)
+    if base_programs > 256:
+        return (2, 4, 8, 16)
+    return (4, 8, 16, 32, 64)
+
+
+def sweep_configs(case: Case) -> list[tuple[int, int, int, int]]:
+    """(block_n, warps, target_splits, stages) candidates for one case."""
+    return [
+        (bn, w, s, st) for bn in SWEEP_BLOCK_N for w in SWEEP_WARPS for s in sweep_splits(case) for st in SWEEP_STAGES
+    ]
+
+
+def config_name(config: tuple[int, int, int, int]) -> str:
+    return "{}/{}/{}/{}".format(*config)
+
+
+def sweep_int8(case: Case, ops, layout, k, v, inputs, reps: int, *, shard: tuple[int, int] | None = None) -> list[dict]:
+    """Time every candidate on one shared int8 cache, interleaved; sorted fastest first.
+
+    With shard=(i, n), only run every n-th candidate once, to fill Triton's
+    on-disk cache from n parallel processes (compiling dominates a sweep), and
+    return nothing.
+    """
+    launch = make_launch(ops, make_cache(ops, layout, "int8", k, v), inputs, case)
+    configs = sweep_configs(case)
     ok = {}
-    for name, fn in fns.items():
+    for config in configs[shard[0] :: shard[1]] if shard else configs:
+        fn = forced_launch(ops, launch, config)
         try:
             fn()
-            ok[name] = fn
+            ok[config_name(config)] = fn
         except Exception as exc:  # out of resources etc.: that config is not a candidate
-            print(f"  sweep {case.name} {name}: {type(exc).__name__}", flush=True)
+            print(f"  sweep {case.name} {config_name(config)}: {type(exc).__name__}", flush=True)
+    torch.cuda.synchronize()
+    if shard:
+        return []
     times = time_launches(ok, reps=reps, warmup=2)
-    rows = [{"block_n_warps_splits": n, "ms": statistics.median(t)} for n, t in times.items()]
+    rows = [
+        {"block_n": bn, "num_warps": w, "target_splits": s, "num_stages": st, "ms": statistics.median(t), "ms_min": min(t)}
+        for (bn, w, s, st), t in ((tuple(int(x) for x in n.split("/")), t) for n, t in times.items())
+    ]
     return sorted(rows, key=lambda r: r["ms"])
+
+
+def run_sweep(args, ops, layout, gen: torch.Generator, wanted: list[str]) -> None:
+    """--sweep: time the int8 tile candidates per case; write qsa-int8-sweep-h200.json."""
+    shard = tuple(int(x) for x in args.compile_shard.split("/")) if args.compile_shard else None
+    results = {"cases": {}, "timing": f"CUDA events per launch, 2 warm-up, median of {args.reps}, candidates interleaved per rep"}
+    for case in (c for c in CASES if c.name in wanted):
+        inputs = build_inputs(case, gen)
+        if shard:  # values are irrelevant to compiling
+            k = torch.zeros(inputs[0], PAGE, case.kv_heads, HEAD_DIM, device="cuda")
+            v = k
+        else:
+            k, v = fill_kv(inputs[0], case.kv_heads, gen)
+        rows = sweep_int8(case, ops, layout, k, v, inputs, args.reps, shard=shard)
+        del k, v, inputs
+        torch.cuda.empty_cache()
+        if shard:
+            print(f"compiled {case.name}", flush=True)
+            continue
+        shipped = ops._select_config(case.rows, case.kv_heads, case.prefill, case.width, False, True)
+        results["cases"][case.name] = {
+            "shape": dataclasses.asdict(case), "base_programs": case.rows * case.kv_heads,
+            "config_before": {"block_n": shipped[0], "num_warps": shipped[1], "num_splits": shipped[3], "num_stages": 2},
+            "candidates": rows,
+        }  # fmt: skip
+        print(f"\n{case.name}: {len(rows)} int8 configs, config before {shipped}; fastest (block_n/warps/splits/stages):")
+        for r in rows[:8]:
+            print(f"  {r['block_n']:>4}/{r['num_warps']}/{r['target_splits']:>2}/{r['num_stages']}  {r['ms']:.3f} ms", flush=True)
+        _write(args.out, results, "qsa-int8-sweep-h200.json")
 
 
 def main() -> None:
@@ -191,7 +275,8 @@ def main() -> None:
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--reps", type=int, default=30)
     parser.add_argument("--cases", default=",".join(c.name for c in CASES))
-    parser.add_argument("--sweep", action="store_true")
+    parser.add_argument("--sweep", action="store_true", help="only time int8 tile candidates (tunes sm_90)")
+    parser.add_argument("--compile-shard", help="I/N: with --sweep, only compile every N-th candidate")
     parser.add_argument("--only-arm", help="run one arm of one case a few times (for ncu)")
     args = parser.parse_args()
 
@@ -209,10 +294,13 @@ def main() -> None:
             fn()
         torch.cuda.synchronize()
         return
+    if args.sweep:
+        run_sweep(args, ops, layout, gen, wanted)
+        return
 
     copy_tbps = copy_bandwidth(args.reps)
     print(f"copy bandwidth: {copy_tbps:.2f} TB/s (read+write)", flush=True)
-    results = {"cases": {}, "sweeps": {}}
+    results = {"cases": {}}
     for case in (c for c in CASES if c.name in wanted):
         inputs = build_inputs(case, gen)
         k, v = fill_kv(inputs[0], case.kv_heads, gen)
@@ -239,9 +327,6 @@ def main() -> None:
         print(f"  {'arm':<13}{'ms':>8}{'TB/s':>8}{'%copy':>7}{'x bf16':>8}{'x fp8':>7}")
         for arm, r in row.items():
             print(f"  {arm:<13}{r['ms']:>8.3f}{r['eff_tb_per_s']:>8.2f}{r['pct_copy_bw']:>7.1f}{r['vs_bf16']:>8.2f}{r['vs_fp8']:>7.2f}", flush=True)
-        if args.sweep and case.name in TARGETS_MS:
-            results["sweeps"][case.name] = sweep_int8(case, ops, upstream, layout, k, v, inputs, max(20, args.reps // 2))
-            print("  int8 sweep best:", results["sweeps"][case.name][:4], flush=True)
         del k, v, caches, fns, inputs
         torch.cuda.empty_cache()
         _write(args.out, results)  # partial results survive a timeout
@@ -262,11 +347,11 @@ def main() -> None:
     _plot(results, args.out / "qsa-layouts-h200.png")
 
 
-def _write(out: Path, results: dict) -> None:
+def _write(out: Path, results: dict, name: str = "qsa-layouts-h200.json") -> None:
     out.mkdir(parents=True, exist_ok=True)
-    tmp = out / "qsa-layouts-h200.json.tmp"
+    tmp = out / f"{name}.tmp"
     tmp.write_text(json.dumps(results, indent=2) + "\n")
-    tmp.replace(out / "qsa-layouts-h200.json")
+    tmp.replace(out / name)
 
 
 def _driver() -> str:
