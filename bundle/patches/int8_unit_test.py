@@ -148,6 +148,23 @@ def test_kernel_matches_reference_with_edge_cases(ops, layout, dtype, hq, nkv, p
         _assert_matches_reference(out, cache, q, gate, idx, table, t2r, f"{dtype} {hq}/{nkv} page{page} w{width} {split} prefill={prefill}")
 
 
+@pytest.mark.parametrize("hq,nkv", GQA)
+def test_int8_every_sm90_table_tile_matches_reference(ops, layout, hq, nkv):
+    # One row count per distinct (block_n, warps) of the sm_90 int8 table, so
+    # a tile the tuning sweep adds (e.g. 128/4 at bp <= 512) is checked for
+    # correctness, not only timed; on other GPUs this runs that GPU's picks.
+    tiles = {}
+    for rows in range(4, 4200):  # _punch_edge_cases edits rows 0-3
+        block_n, warps, _, _ = ops._select_config(rows, nkv, False, 2051, False, True)
+        tiles.setdefault((block_n, warps), rows)
+    for (block_n, warps), rows in sorted(tiles.items()):
+        cache, q, gate, idx, table, t2r, num_blocks = _case(ops, layout, dtype="int8", hq=hq, nkv=nkv, page=64, width=2051, rows=rows, seed=rows)
+        gen = torch.Generator().manual_seed(5)
+        idx, table, t2r = _punch_edge_cases(idx, table, t2r, page=64, num_blocks=num_blocks, width=2051, gen=gen)
+        out = _run(ops, cache, q, gate, idx, table, t2r, prefill=False)
+        _assert_matches_reference(out, cache, q, gate, idx, table, t2r, f"int8 {hq}/{nkv} tile {block_n}/{warps} rows={rows}")
+
+
 @pytest.mark.parametrize("dtype", ["bf16", "fp8"])
 @pytest.mark.parametrize("rows", [24, 2100])
 def test_bf16_fp8_bit_identical_to_upstream(ops, layout, upstream, dtype, rows):
