@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: bundle test checksums clean image serve base-image
+.PHONY: bundle test checksums clean image serve base-image patches-check
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -65,6 +65,10 @@ image: $(STAMP)
 
 serve: $(STAMP)
 	$(BIN)/python -m builder serve --target $(TARGET_ARG)
+
+# Dry-run the INT8 QSA patch series against the pinned vllm==0.33.0 wheel (downloaded once, cached).
+patches-check: $(STAMP)
+	$(BIN)/python -m builder patches check
 
 # Benchmark and quality gates against a live server of $(TARGET) (default URL: the target's port on
 # 127.0.0.1; cpu-smoke reads the pinned copy `make image` wrote, the config that was served).

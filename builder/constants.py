@@ -99,6 +99,26 @@ OCI_LABEL_PREFIX = "org.opencontainers.image"
 QFN_LABEL_PREFIX = "org.qfn-int8kv"
 #: Overrides the OCI source label (default: the checkout's git remote "origin").
 ENV_SOURCE_URL = "QFN_SOURCE_URL"
+# --- patches step (engine wheel, patch series, kernel AOT checks) ---
+#: The pinned engine wheel: PyPI's x86_64 manylinux build of vllm==0.33.0.
+ENGINE_WHEEL_NAME = "vllm-0.33.0-cp38-abi3-manylinux_2_28_x86_64.whl"
+ENGINE_WHEEL_SHA256 = "4b6bdec4ab269990bf70d45a3c1e94c3760a27064513760193b26d6f0da883aa"
+ENGINE_WHEEL_PLATFORM = "manylinux_2_28_x86_64"
+#: Where the wheel and its unpacked Python sources are cached.
+ENGINE_CACHE_DIR = CACHE_DIR / "engine"
+ENGINE_SRC_DIR = ENGINE_CACHE_DIR / f"vllm-{ENGINE_UPSTREAM_VERSION}-src"
+#: The patch series file inside PATCHES_DIR.
+PATCH_SERIES_NAME = "series"
+#: Max dynamic shared memory per block (bytes) by target arch, for the AOT fit check.
+ARCH_MAX_SHARED_BYTES = {
+    "sm_80": 166_912,
+    "sm_90": 232_448,
+    "sm_120": 101_376,
+    "sm_121": 101_376,
+}
+#: The engine folder the QSA series patches (relative to site-packages or the unpacked wheel).
+ENGINE_QSA_DIR = Path("vllm/models/qwen4_exp/nvidia")
+
 
 # --- measure (benchmarks and quality gates) ---
 #: builder.measure loads the client and metric code from BENCHMARK_SCRIPT (one source).

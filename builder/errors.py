@@ -142,3 +142,7 @@ class ModelError(BuilderError):
     """A model could not be downloaded or converted to a servable dir."""
 
     exit_code = 32
+class KernelFitError(BuilderError):
+    """A production QSA tile config does not compile, or exceeds the arch's shared memory."""
+
+    exit_code = 22

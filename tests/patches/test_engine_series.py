@@ -1,0 +1,93 @@
+"""The real 0.33.0 wheel: fetch + sha256, then the shipped series checks and applies cleanly."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from builder.constants import ENGINE_QSA_DIR as QSA_DIR
+from builder.constants import ENGINE_WHEEL_SHA256, PATCHES_DIR
+from builder.patches.apply import FileStatus, apply_series, check_series
+from builder.patches.series import load_series, sha256_file
+
+
+def test_fetch_engine_verifies_the_pinned_wheel(engine_src):
+    from builder.patches.engine import fetch_engine
+
+    tree = fetch_engine()
+    assert tree.wheel_sha256 == ENGINE_WHEEL_SHA256 == sha256_file(tree.wheel)
+    assert not tree.unpacked  # second call reuses the unpacked sources
+    assert (engine_src / QSA_DIR / "ops" / "qsa.py").is_file()
+
+
+def test_header_shas_match_the_real_upstream_files(engine_src):
+    for patch in load_series(PATCHES_DIR):
+        assert patch.engine_version == "0.33.0"
+        for entry in patch.files:
+            upstream = engine_src / entry.path
+            if entry.upstream_sha256 == "new":
+                assert not upstream.exists()
+            else:
+                assert sha256_file(upstream) == entry.upstream_sha256, entry.path
+
+
+def test_cli_check_passes_on_the_real_engine(engine_src):
+    result = subprocess.run([sys.executable, "-m", "builder", "patches", "check", "--target", str(engine_src)], capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert result.stdout.count("applies cleanly") == sum(len(p.files) for p in load_series(PATCHES_DIR))
+
+
+def test_applied_tree_reports_already_applied_and_compiles(patched_tree):
+    report = check_series(target=patched_tree, patches_dir=PATCHES_DIR)
+    assert {r.status for r in report.results} == {FileStatus.ALREADY}
+    again = apply_series(target=patched_tree, patches_dir=PATCHES_DIR)
+    assert again.applied == [] and len(again.compiled) == len(report.results)
+
+
+def test_drifted_engine_fails_naming_file_and_hunk(engine_src, tmp_path):
+    shutil.copytree(engine_src / QSA_DIR, tmp_path / QSA_DIR)
+    target = tmp_path / QSA_DIR / "qsa.py"
+    text = target.read_text()
+    assert '"fp8_e4m3",\n    ]' in text
+    target.write_text(text.replace('"fp8_e4m3",\n    ]', '"fp8_e4m3",\n        "fp8_e5m2",\n    ]', 1))
+    result = subprocess.run([sys.executable, "-m", "builder", "patches", "apply", "--to", str(tmp_path)], capture_output=True, text=True)
+    assert result.returncode == 20
+    assert "vllm/models/qwen4_exp/nvidia/qsa.py" in result.stderr and "hunk #" in result.stderr
+    # Dry run first: nothing was written, not even the files that would apply.
+    assert "_int8_to_fp16" not in (tmp_path / QSA_DIR / "ops" / "qsa.py").read_text()
+    assert not (tmp_path / QSA_DIR / "ops" / "qsa_kv_layout.py").exists()
+
+
+def test_missing_file_fails(engine_src, tmp_path):
+    shutil.copytree(engine_src / QSA_DIR, tmp_path / QSA_DIR)
+    (tmp_path / QSA_DIR / "indexer_qsa.py").unlink()
+    report = check_series(target=tmp_path, patches_dir=PATCHES_DIR)
+    failed = [r for r in report.results if r.status == FileStatus.FAILS]
+    assert [r.path for r in failed] == [str(QSA_DIR / "indexer_qsa.py")]
+    assert "missing" in failed[0].detail
+
+
+@pytest.mark.parametrize("arch", ["sm_121"])
+def test_aot_compiles_every_production_config_within_shared_memory(patched_tree, arch, tmp_path):
+    pytest.importorskip("triton")
+    from builder.patches.aot import compile_qsa_kernels
+
+    out = tmp_path / "aot.json"
+    # int8 only keeps CI short; `builder patches aot` compiles all three cache dtypes.
+    report = compile_qsa_kernels(engine_root=patched_tree, arch=arch, json_out=out, cache_dtypes=("int8",))
+    assert out.is_file()
+    assert {(c.num_query_heads, c.num_kv_heads) for c in report.configs} == {(24, 2), (12, 1)}
+    assert all(c.cache_dtype == "int8" and 0 < c.shared_bytes <= 101_376 and c.registers > 0 for c in report.configs)
+
+
+def test_aot_refuses_a_config_over_the_arch_limit(patched_tree, monkeypatch):
+    pytest.importorskip("triton")
+    from builder.errors import KernelFitError
+    from builder.patches import aot
+
+    monkeypatch.setitem(aot.ARCH_MAX_SHARED_BYTES, "sm_121", 20_000)
+    with pytest.raises(KernelFitError, match="exceed 20000 B"):
+        aot.compile_qsa_kernels(engine_root=patched_tree, arch="sm_121", cache_dtypes=("int8",))
