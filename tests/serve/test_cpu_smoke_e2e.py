@@ -8,44 +8,35 @@ cache makes rebuilds seconds), model conversion ~1.5 min (cached), server ready 
 from __future__ import annotations
 
 import json
-import shutil
 import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import httpx
 import pytest
 
 from builder.config import load_target
-from builder.constants import OCI_LABEL_PREFIX, QFN_LABEL_PREFIX, REPO_ROOT, SERVE_LABEL
+from builder.constants import OCI_LABEL_PREFIX, QFN_LABEL_PREFIX, SERVE_LABEL
 from builder.errors import DockerError
-from builder.image import build_image, pin_target
 from builder.image.extract import extract_file
 from builder.serve import serve, stop
 
 # A hung build or server must not eat the whole CI budget.
 pytestmark = [pytest.mark.docker, pytest.mark.slow, pytest.mark.timeout(2400)]
 
-HOST_CA = Path("/etc/ssl/certs/ca-certificates.crt")
 READY_TIMEOUT_S = 20 * 60
 
 
 @pytest.fixture(scope="module")
-def pinned_target(base_image, tmp_path_factory):
-    """A copy of targets/cpu-smoke.toml pinned to this machine's base digest (the checkout stays clean)."""
-    path = tmp_path_factory.mktemp("targets") / "cpu-smoke.toml"
-    shutil.copy(REPO_ROOT / "targets/cpu-smoke.toml", path)
-    pinned = pin_target(target=str(path))
-    assert "@sha256:" in pinned
-    assert "# Built locally" in path.read_text()  # pin keeps the file's comments
-    return path
+def pinned_target(cpu_smoke_target):
+    assert "# Built locally" in cpu_smoke_target.read_text()  # pin keeps the file's comments
+    return cpu_smoke_target
 
 
 @pytest.fixture(scope="module")
-def built(pinned_target):
-    return build_image(cfg=load_target(pinned_target), ca_bundle=HOST_CA if HOST_CA.is_file() else None)
+def built(cpu_smoke_image):
+    return cpu_smoke_image
 
 
 def test_image_has_labels_and_no_build_secrets(built, docker_client):
