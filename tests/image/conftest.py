@@ -1,5 +1,4 @@
-"""Fixtures of tests/image (and tests/serve): pinned targets and a fake checkout; the docker
-daemon, base image and cpu-smoke server fixtures live in tests/conftest.py."""
+"""tests/image: a fake checkout for build tests; shared docker and target fixtures live in tests/conftest.py."""
 
 from __future__ import annotations
 
@@ -7,24 +6,7 @@ import shutil
 
 import pytest
 
-from builder.config import parse_config
 from builder.constants import REPO_ROOT
-
-FAKE_DIGEST = "sha256:" + "ab" * 32
-
-
-@pytest.fixture
-def pinned(target_data):
-    """A shipped target with its base pinned to a well-formed digest, so code runs past the pin check."""
-
-    def load(name: str):
-        data = target_data(name)
-        ref = data["target"]["base_image"].split("@", 1)[0]
-        repo = ref.rsplit(":", 1)[0] if "/" not in ref.rsplit(":", 1)[-1] else ref
-        data["target"]["base_image"] = f"{repo}@{FAKE_DIGEST}"
-        return parse_config(data, source=f"{name} (pinned for tests)")
-
-    return load
 
 
 @pytest.fixture

@@ -10,7 +10,7 @@ from builder.errors import DockerError, ImagePinError
 from builder.image import build_recipe
 from builder.image.context import assemble_context
 from builder.image.labels import image_labels, patch_series_sha256
-from tests.image.conftest import FAKE_DIGEST
+from tests.conftest import FAKE_DIGEST
 
 GPU_TARGETS = ["gb10", "cmp170hx-x2", "h200"]
 
