@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict
 
 from builder.constants import EXCLUDED_NAMES, EXCLUDED_SUFFIXES
 from builder.errors import BuilderError, BundleError, MalformedManifest, UnsafeManifest
+from builder.hashing import sha256_file
 
 _LINE = re.compile(r"^(?P<sha>[0-9a-f]{64}) [ *](?P<path>.+)$")
 #: sha256sum escapes names holding these; we never write such names, so a manifest never needs escapes.
@@ -25,14 +26,6 @@ class ChecksumEntry(BaseModel):
     model_config = ConfigDict(frozen=True)
     sha256: str
     path: str
-
-
-def sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def is_excluded(rel: PurePosixPath) -> bool:

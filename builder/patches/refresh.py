@@ -17,9 +17,10 @@ from pydantic import BaseModel
 
 from builder.constants import PATCHES_DIR
 from builder.errors import PatchError
+from builder.hashing import sha256_file
 from builder.patches.apply import run_patch
 from builder.patches.engine import fetch_engine
-from builder.patches.series import NEW_FILE, load_series, render_patch, sha256_file
+from builder.patches.series import NEW_FILE, load_series, render_patch
 
 
 class RefreshReport(BaseModel):

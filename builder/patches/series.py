@@ -12,7 +12,6 @@ comment header that GNU patch skips::
 
 from __future__ import annotations
 
-import hashlib
 import re
 from pathlib import Path
 
@@ -43,14 +42,6 @@ class Patch(BaseModel):
     engine_version: str
     description: list[str]
     files: list[PatchedFile]
-
-
-def sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for chunk in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def _split_sections(body: str, source: Path) -> dict[str, str]:

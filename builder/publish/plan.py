@@ -9,7 +9,7 @@ from rich.table import Table
 
 from builder import constants
 from builder.bundle import BundleManifest
-from builder.bundle.checksums import sha256_file
+from builder.hashing import sha256_file
 from builder.publish.models import GateReport, PublishPlan, PublishRequest
 from builder.publish.stage import planned_files
 

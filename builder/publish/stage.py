@@ -11,7 +11,8 @@ from pathlib import Path
 
 from builder import constants
 from builder.bundle import BundleManifest, verify_bundle
-from builder.bundle.checksums import list_files, manifest_text, parse_manifest, sha256_file
+from builder.bundle.checksums import list_files, manifest_text, parse_manifest
+from builder.hashing import sha256_file
 from builder.errors import UnverifiedBundle, VerifyError
 from builder.publish.card import load_card, warn_failed_gates
 from builder.publish.models import GateReport, PlannedFile

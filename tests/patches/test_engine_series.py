@@ -11,7 +11,8 @@ import pytest
 from builder.constants import ENGINE_QSA_DIR as QSA_DIR
 from builder.constants import ENGINE_WHEEL_SHA256, PATCHES_DIR
 from builder.patches.apply import FileStatus, apply_series, check_series
-from builder.patches.series import load_series, sha256_file
+from builder.hashing import sha256_file
+from builder.patches.series import load_series
 
 
 def test_fetch_engine_verifies_the_pinned_wheel(engine_src):

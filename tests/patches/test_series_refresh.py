@@ -10,7 +10,8 @@ import pytest
 from builder.errors import PatchError
 from builder.patches.apply import FileStatus, apply_series, check_series
 from builder.patches.refresh import diff_file, refresh_series
-from builder.patches.series import load_series, parse_patch, render_patch, sha256_file
+from builder.hashing import sha256_file
+from builder.patches.series import load_series, parse_patch, render_patch
 
 MOD = "vllm/pkg/mod.py"
 NEW = "vllm/pkg/added.py"
