@@ -27,6 +27,9 @@ from builder.render.write import write_text_files
 
 BUNDLE_PATCHES = "patches"
 BUNDLE_EVIDENCE = "evidence"
+#: evidence/kernels/ holds the patched kernels' GPU tests, accuracy and benchmarks: they belong
+#: to every bundle that ships the patch series, whatever its target.
+KERNEL_EVIDENCE = "kernels"
 
 
 class BundleSources(BaseModel):
@@ -85,6 +88,8 @@ def build_bundle(
         _copy_tree(sources.patches_dir, stage / BUNDLE_PATCHES)
         step(2)
         _copy_tree(evidence_dir, stage / BUNDLE_EVIDENCE)
+        if cfg.patches.apply:
+            _copy_tree(sources.evidence_root / KERNEL_EVIDENCE, stage / BUNDLE_EVIDENCE / KERNEL_EVIDENCE)
         step(3)
         if sources.benchmark.is_file():
             copy_file(sources.benchmark, stage / sources.benchmark.name)

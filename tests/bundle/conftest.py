@@ -27,6 +27,8 @@ def sources(tmp_path) -> BundleSources:
         gate = {"gate": "golden_probes", "required": True, "verdict": "pass", "summary": f"3/3 on {target}",
                 "created": "2026-11-20T10:00:00Z"}
         (evidence / target / "golden_probes.json").write_text(json.dumps(gate))
+    (evidence / "kernels").mkdir()
+    (evidence / "kernels" / "int8_unit_test-h200.log").write_text("62 passed\n")
     (evidence / "gb10" / "bench-decode.json").write_text(json.dumps({"workload": "decode", "mean_ttft_ms": 812.25}))
     bench = src / "benchmark_vllm.py"
     bench.write_text("print('bench')\n")

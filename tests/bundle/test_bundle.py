@@ -20,6 +20,7 @@ EXPECTED = [
     "bundle.json",
     "evidence/bench-decode.json",
     "evidence/golden_probes.json",
+    "evidence/kernels/int8_unit_test-h200.log",
     "launch/ENV.md",
     "launch/run_qsa_int8kv.sh",
     "patches/int8_unit_test.py",
@@ -56,6 +57,13 @@ def test_contents_manifest_and_sha256sum(built):
     )
     assert m.patch_series_sha256 == hashlib.sha256(patch_lines.encode()).hexdigest()
     assert verify_bundle(root).ok
+
+
+def test_kernel_evidence_only_travels_with_the_patch_series(tmp_path, sources, quiet):
+    """cpu-smoke does not apply the series, so the H200 kernel results are not its evidence."""
+    result = build_bundle(target="cpu-smoke", out=tmp_path / "cpu", sources=sources, console=quiet)
+    assert not any(f.startswith("evidence/kernels/") for f in result.files)
+    assert verify_bundle(result.path).ok
 
 
 def test_make_bundle_cmp170hx_passes_sha256sum_inside(tmp_path):
