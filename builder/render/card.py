@@ -56,6 +56,9 @@ FILE_ROLES: tuple[tuple[str, str], ...] = (
     ("patches/*.patch", "engine patch"),
     ("patches/*.py", "standalone check for the patched engine"),
     ("patches/*", "patch series file"),
+    # fnmatch's * crosses '/', so sub-folders must be matched before the top-level patterns.
+    ("evidence/kernels/*", "patched-kernel evidence: GPU tests, accuracy, benchmarks, compile reports (see its README.md)"),
+    ("evidence/*/*", "supporting run (A/B, controls, cross-checks); the folder's files say how"),
     (f"evidence/{BENCH_EVIDENCE_GLOB}", "benchmark result (vLLM bench serve keys)"),
     ("evidence/*.json", "gate evidence: verdict, thresholds and raw records"),
     ("evidence/*", "evidence"),

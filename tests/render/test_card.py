@@ -92,3 +92,12 @@ def test_plan_warnings_are_caveats(tmp_path):
     warnings = launch_plan(cfg).warnings
     assert warnings
     assert all(w in _section(text, "Caveats") for w in warnings)
+
+
+def test_only_top_level_gate_files_are_called_gate_evidence():
+    from builder.render.card import describe_file
+
+    assert describe_file("evidence/needle.json").startswith("gate evidence")
+    assert describe_file("evidence/bench-decode.json").startswith("benchmark result")
+    assert describe_file("evidence/kernels/qsa-aot-sm_90.json").startswith("patched-kernel evidence")
+    assert describe_file("evidence/kv-bfloat16/needle.json").startswith("supporting run")
