@@ -60,9 +60,6 @@ ENV_LAUNCH_PYTHON = "PYTHON"
 DEFAULT_TARGET = "gb10"
 
 # --- publish (Hugging Face Hub) ---
-#: Gates a release must carry evidence for; a missing or failed one blocks publishing.
-#: Names match builder.measure's gate names (evidence/<gate>.json).
-PUBLISH_REQUIRED_GATES = ("golden_probes", "battery", "determinism", "needle", "prefix_cache", "kv_pool")
 #: Model card metadata keys the Hub needs to list the release correctly.
 CARD_REQUIRED_KEYS = ("library_name", "base_model", "license")
 #: Tag added to the card metadata of a release published with --allow-failed-gates.
@@ -126,5 +123,7 @@ ENGINE_QSA_DIR = Path("vllm/models/qwen4_exp/nvidia")
 EXPECTATIONS_DIR = Path(__file__).resolve().parent / "measure" / "expectations"
 #: Gate names, in the order they run and appear in the bundle README's gate table.
 GATE_NAMES = ("golden_probes", "battery", "determinism", "needle", "prefix_cache", "kv_pool")
+#: Every gate that `builder gates` runs must have passed before a release is published.
+PUBLISH_REQUIRED_GATES = GATE_NAMES
 #: A live server for tests/measure's live test ("http://host:port"); the test skips without it.
 ENV_MEASURE_URL = "QFN_MEASURE_URL"
