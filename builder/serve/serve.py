@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import signal
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from docker.errors import NotFound
@@ -56,11 +60,13 @@ def serve(
         memory=memory,
     )
     client = docker_client()
-    container = start_container(client=client, spec=spec)
     host, port = spec.ports[f"{cfg.server.port}/tcp"]
     url = f"http://{'127.0.0.1' if host in ('0.0.0.0', '') else host}:{port}"
-    console.print(f"serve: started {spec.name} from {spec.image}; waiting for {url}", soft_wrap=True)
+    container = None
     try:
+        with _ctrl_c_deferred():
+            container = start_container(client=client, spec=spec)
+        console.print(f"serve: started {spec.name} from {spec.image}; waiting for {url}", soft_wrap=True)
         ready = wait_ready(
             url=url,
             served_name=cfg.model.served_name,
@@ -69,10 +75,28 @@ def serve(
             console=console,
         )
     except BaseException:  # ServeError, timeout, Ctrl-C: never leave a half-started server behind
-        console.print(f"serve: stopping and removing {spec.name}", soft_wrap=True)
-        remove_container(container)
+        if container is not None:
+            console.print(f"serve: stopping and removing {spec.name}", soft_wrap=True)
+            remove_container(container)
         raise
     return Served(container=spec.name, image=spec.image, url=url, ready=ready)
+
+
+@contextmanager
+def _ctrl_c_deferred() -> Iterator[None]:
+    """Hold Ctrl-C while docker creates and starts the container.
+
+    Interrupted mid-request, the daemon still finishes the create, and we would have no handle
+    to remove it by: a container left behind. The held signal fires as soon as we have one.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
 
 
 def stop(*, target: str, name: str | None = None) -> list[str]:
