@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import hashlib
 import os
 import subprocess
 from datetime import datetime, timezone
 from pathlib import Path
 
 from builder import __version__
+from builder.bundle.checksums import tree_digest
 from builder.config import ReleaseConfig
 from builder.constants import ENV_SOURCE_URL, OCI_LABEL_PREFIX, QFN_LABEL_PREFIX, REPO_ROOT
 from builder.image.recipe import BuildRecipe
@@ -32,18 +32,9 @@ def image_labels(
         "target": cfg.target.name,
         "engine": f"{engine.package}=={engine.version}",
         "kv-cache-dtype": cfg.kv_cache.dtype,
-        "patch-series.sha256": patch_series_sha256(repo_root / "bundle" / "patches") if cfg.patches.apply else "none (patches.apply = false)",
+        "patch-series.sha256": tree_digest(repo_root / "bundle" / "patches") if cfg.patches.apply else "none (patches.apply = false)",
     }
     return {f"{OCI_LABEL_PREFIX}.{k}": v for k, v in oci.items()} | {f"{QFN_LABEL_PREFIX}.{k}": v for k, v in ours.items()}
-
-
-def patch_series_sha256(patches_dir: Path) -> str:
-    """One digest over every file of the series (relative path and bytes), in path order."""
-    digest = hashlib.sha256()
-    for path in sorted(p for p in patches_dir.rglob("*") if p.is_file()):
-        digest.update(path.relative_to(patches_dir).as_posix().encode() + b"\0")
-        digest.update(path.read_bytes())
-    return digest.hexdigest()
 
 
 def _revision(repo_root: Path) -> str:

@@ -9,7 +9,8 @@ from builder.constants import OCI_LABEL_PREFIX, QFN_LABEL_PREFIX
 from builder.errors import DockerError, ImagePinError
 from builder.image import build_recipe
 from builder.image.context import assemble_context
-from builder.image.labels import image_labels, patch_series_sha256
+from builder.bundle.checksums import tree_digest
+from builder.image.labels import image_labels
 from tests.conftest import FAKE_DIGEST
 
 GPU_TARGETS = ["gb10", "cmp170hx-x2", "h200"]
@@ -63,9 +64,9 @@ def test_labels_carry_the_oci_set_and_ours(pinned):
 def test_patch_series_digest_changes_with_any_byte(tmp_path):
     (tmp_path / "series").write_text("a.diff\n")
     (tmp_path / "a.diff").write_text("--- a\n+++ b\n")
-    first = patch_series_sha256(tmp_path)
+    first = tree_digest(tmp_path)
     (tmp_path / "a.diff").write_text("--- a\n+++ c\n")
-    assert patch_series_sha256(tmp_path) != first
+    assert tree_digest(tmp_path) != first
 
 
 def test_context_for_cpu_smoke_has_wheel_ca_and_launch_plan(pinned, tmp_path, fake_repo):
