@@ -61,11 +61,15 @@ def base_image(docker_client):
     return BASE_REF
 
 
-@pytest.fixture
-def free_port():
+def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+@pytest.fixture
+def free_port():
+    return _free_port()
 
 
 @pytest.fixture(scope="session")
@@ -98,9 +102,7 @@ def cpu_smoke_url(cpu_smoke_image, cpu_smoke_target):
     from builder.serve import serve, stop
 
     cfg = load_target(cpu_smoke_target)
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = _free_port()
     name = f"qfn-int8kv-cpu-smoke-session-{port}"
     try:
         served = serve(cfg=cfg, host_port=port, timeout_s=CPU_SMOKE_READY_TIMEOUT_S, name=name)
