@@ -1,8 +1,9 @@
 """Ahead-of-time compile the patched QSA split-K kernel for a target arch, no GPU needed.
 
 For every tile config the patched dispatch can pick in production (both GQA
-shapes, decode and prefill, bf16 / fp8 / int8), compile
-``_qsa_sparse_paged_gqa_splitk_kernel`` with ``triton.compile`` for the arch and
+shapes, decode and prefill, bf16 / fp8 / int8), compile the split-K kernel
+(``_qsa_sparse_paged_gqa_splitk_kernel``; ``_qsa_sparse_paged_int8_splitk_kernel``
+for int8) with ``triton.compile`` for the arch and
 read its shared memory (Triton metadata) and registers / local memory
 (``cuobjdump --dump-resource-usage`` on the cubin). A config whose shared
 memory exceeds the arch's per-block maximum raises KernelFitError: it would
@@ -180,7 +181,6 @@ def compile_qsa_kernels(
 
     capability = _capability(arch)
     ops = _loader().load_qsa_ops(Path(engine_root), capability=capability)
-    kernel = ops._qsa_sparse_paged_gqa_splitk_kernel
     cuobjdump = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
     target = GPUTarget("cuda", capability[0] * 10 + capability[1], 32)
     limit = ARCH_MAX_SHARED_BYTES[arch]
@@ -194,6 +194,7 @@ def compile_qsa_kernels(
             "BLOCK_N": block_n,
         }  # fmt: skip
         ints = _runtime_ints(dtype=dtype, num_q_heads=num_q_heads, num_kv_heads=num_kv_heads, page=page_size)
+        kernel = ops._qsa_sparse_paged_int8_splitk_kernel if dtype == "int8" else ops._qsa_sparse_paged_gqa_splitk_kernel
         source = _source(kernel, cache=_cache_type(dtype, capability), splits=splits, dtype=dtype, constexprs=constexprs, ints=ints)
         try:
             compiled = triton.compile(source, target=target, options={"num_warps": warps, "num_stages": 2})
