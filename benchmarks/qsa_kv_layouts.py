@@ -247,7 +247,7 @@ def run_sweep(args, ops, layout, gen: torch.Generator, wanted: list[str]) -> Non
         inputs = build_inputs(case, gen)
         if shard:  # values are irrelevant to compiling; a pool of 4096 pages
             # specializes like the real one (block count divisible by 16) and
-            # keeps 15 compiling processes within GPU memory for 2M-token cases.
+            # keeps many compiling processes within GPU memory for 2M-token cases.
             k = torch.zeros(min(inputs[0], 4096), PAGE, case.kv_heads, HEAD_DIM, device="cuda")
             v = k
         else:

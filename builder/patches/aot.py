@@ -93,25 +93,22 @@ def _runtime_ints(*, dtype: str, num_q_heads: int, num_kv_heads: int, page: int)
         "stride_output_gate_row": num_q_heads * HEAD_DIM, "stride_output_gate_head": HEAD_DIM,
         "num_rows": 2, "num_cache_blocks": 4096, "num_requests": 2,  # first and last: do_not_specialize
     }  # fmt: skip
-    if dtype == "int8":
+    if dtype == "int8":  # only the int8 kernel takes the side-scale strides
         ints |= {"stride_scale_block": page_elems // 4, "stride_scale_token": num_kv_heads, "stride_scale_head": 1}
-    else:
-        ints |= {"stride_scale_block": 0, "stride_scale_token": 0, "stride_scale_head": 0}
     return ints
 
 
-def _source(kernel, *, cache: str, splits: int, dtype: str, constexprs: dict, ints: dict[str, int]):
+def _source(kernel, *, cache: str, splits: int, constexprs: dict, ints: dict[str, int]):
     """ASTSource with the JIT's specialization: ints equal to 1 become constants,
     pointers and multiples of 16 get tt.divisibility 16."""
     from triton.compiler import ASTSource
 
     partial = "*fp32" if splits > 1 else "*bf16"
-    scale = "*fp32" if dtype == "int8" else cache
     pointers = {
         "q_ptr": "*bf16", "k_cache_ptr": cache, "v_cache_ptr": cache,
         "indices_ptr": "*i32", "block_table_ptr": "*i32", "token_to_req_ptr": "*i32",
         "partial_output_ptr": partial, "partial_lse_ptr": partial, "output_ptr": "*bf16",
-        "output_gate_ptr": "*bf16", "k_scale_ptr": scale, "v_scale_ptr": scale,
+        "output_gate_ptr": "*bf16", "k_scale_ptr": "*fp32", "v_scale_ptr": "*fp32",
     }  # fmt: skip
     floats = {"softmax_scale", "output_scale"}
     unspecialized = {"num_rows", "num_requests"}
@@ -195,7 +192,7 @@ def compile_qsa_kernels(
         }  # fmt: skip
         ints = _runtime_ints(dtype=dtype, num_q_heads=num_q_heads, num_kv_heads=num_kv_heads, page=page_size)
         kernel = ops._qsa_sparse_paged_int8_splitk_kernel if dtype == "int8" else ops._qsa_sparse_paged_gqa_splitk_kernel
-        source = _source(kernel, cache=_cache_type(dtype, capability), splits=splits, dtype=dtype, constexprs=constexprs, ints=ints)
+        source = _source(kernel, cache=_cache_type(dtype, capability), splits=splits, constexprs=constexprs, ints=ints)
         try:
             compiled = triton.compile(source, target=target, options={"num_warps": warps, "num_stages": 2})
         except Exception as exc:  # the compiler raises many types; any is a failed config
