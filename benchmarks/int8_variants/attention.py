@@ -4,26 +4,42 @@ The experiments behind the shipped int8 split-K kernel (evidence/kernels/qsa-int
 head_dim halves (sd), early index/block-table loads (pf), registers-held next tile (rp), tiles,
 stages and splits; each variant's output is checked against the patched kernel's (max |diff|).
 
-    python benchmarks/int8_variants/attention.py --engine PATCHED --upstream PRISTINE --out DIR
+    python benchmarks/int8_variants/attention.py --engine PATCHED --upstream PRISTINE --out DIR --grid tiles
+    python benchmarks/int8_variants/attention.py --engine PATCHED --upstream PRISTINE --out DIR --grid regpf
+
+--grid tiles was the first device call (sd x pf x tiles x stages), --grid regpf the second.
 """
-import argparse, itertools, json, os, statistics, subprocess, sys, time
+import argparse
+import itertools
+import json
+import statistics
+import subprocess
+import sys
+import time
 from pathlib import Path
-import torch, triton
+
+import torch
+import triton
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "benchmarks")); sys.path.insert(0, str(ROOT / "bundle" / "patches")); sys.path.insert(0, str(Path(__file__).parent))
 import qsa_kv_layouts as B  # noqa
-from qsa_cases import make_cache  # noqa
-from qsa_loader import OPS_RELPATH, load_file_as, load_ops_module, load_qsa_ops  # noqa
-import kernels as X  # noqa
+from qsa_cases import make_cache
+from qsa_loader import OPS_RELPATH, load_file_as, load_ops_module, load_qsa_ops
+import kernels as X
 
 
-def variants(case, full):
+def variants(case, grid: str):
+    """(sd, pf, block_n, warps, stages, target_splits, rp) candidates for one case."""
     splits = (1,) if case.rows * case.kv_heads > 2048 else (2, 4, 8)
+    if grid == "tiles":
+        tiles = ((32, 1), (32, 2), (64, 2), (64, 4), (128, 4))
+        return [(sd, pf, bn, w, st, s, 0) for sd, pf, (bn, w), st, s in itertools.product((0, 1), (0, 1), tiles, (2, 3), splits)]
+    regpf_tiles = ((32, 1), (32, 2), (32, 4), (64, 4), (64, 8), (128, 8), (32, 8))
     out = []
     for s in splits:
         out += [(1, 1, 32, 1, 2, s, 0), (1, 0, 32, 1, 2, s, 0)]
-        out += [(0, 0, bn, w, 1, s, 1) for bn, w in ((32, 1), (32, 2), (32, 4), (64, 4), (64, 8), (128, 8), (32, 8))]
+        out += [(0, 0, bn, w, 1, s, 1) for bn, w in regpf_tiles]
     return out
 
 
@@ -71,6 +87,7 @@ def main():
     p.add_argument("--engine", type=Path, required=True); p.add_argument("--upstream", type=Path, required=True)
     p.add_argument("--out", type=Path); p.add_argument("--cases", default="seed,production-prefill,decode-mtp")
     p.add_argument("--reps", type=int, default=20); p.add_argument("--shard"); p.add_argument("--jobs", type=int, default=14)
+    p.add_argument("--grid", choices=("tiles", "regpf"), default="tiles")
     a = p.parse_args()
     ops = load_qsa_ops(a.engine); layout = load_ops_module("qsa_kv_layout")
     upstream = load_file_as(a.upstream / OPS_RELPATH / "qsa.py", "qsa_upstream_ops")
@@ -79,7 +96,7 @@ def main():
     if not a.shard:
         t0 = time.time()
         procs = [subprocess.Popen([sys.executable, __file__, "--engine", str(a.engine), "--upstream", str(a.upstream),
-                                   "--cases", a.cases, "--shard", f"{i}/{a.jobs}"]) for i in range(a.jobs)]
+                                   "--cases", a.cases, "--grid", a.grid, "--shard", f"{i}/{a.jobs}"]) for i in range(a.jobs)]
         rc = [pr.wait() for pr in procs]
         print(f"compiled in {time.time() - t0:.0f} s, rcs {rc}", flush=True)
     gen = torch.Generator().manual_seed(0)
@@ -91,7 +108,7 @@ def main():
         else:
             kf, vf = B.fill_kv(inputs[0], case.kv_heads, gen)
         i8 = make_cache(ops, layout, "int8", kf, vf)
-        vs = variants(case, True)
+        vs = variants(case, a.grid)
         if a.shard:
             i, n = (int(x) for x in a.shard.split("/"))
             for v in vs[i::n]:
