@@ -189,7 +189,7 @@ def _quantize_inputs(tokens: int, nkv: int, gen) -> tuple[torch.Tensor, torch.Te
     return k.to(torch.bfloat16).cuda(), v.to(torch.bfloat16).cuda()
 
 
-@pytest.mark.parametrize("page,nkv", [(16, 2), (64, 1), (1024, 2)])
+@pytest.mark.parametrize("page,nkv", [(16, 2), (64, 1), (64, 3), (1024, 2)])
 def test_quantize_on_write_bit_exact(ops, layout, page, nkv):
     from qsa_cases import int8_kv_cache
 

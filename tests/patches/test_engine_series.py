@@ -58,7 +58,7 @@ def test_drifted_engine_fails_naming_file_and_hunk(engine_src, tmp_path):
     assert result.returncode == 20
     assert "vllm/models/qwen4_exp/nvidia/qsa.py" in result.stderr and "hunk #" in result.stderr
     # Dry run first: nothing was written, not even the files that would apply.
-    assert "_int8_to_fp16" not in (tmp_path / QSA_DIR / "ops" / "qsa.py").read_text()
+    assert "_int8_to_biased_fp16" not in (tmp_path / QSA_DIR / "ops" / "qsa.py").read_text()
     assert not (tmp_path / QSA_DIR / "ops" / "qsa_kv_layout.py").exists()
 
 
