@@ -8,6 +8,8 @@ stages and splits; each variant's output is checked against the patched kernel's
     python benchmarks/int8_variants/attention.py --engine PATCHED --upstream PRISTINE --out DIR --grid regpf
 
 --grid tiles was the first device call (sd x pf x tiles x stages), --grid regpf the second.
+--grid trims (session 3) times qsa_int8_vt_kernel: V read as int16 dim pairs (vt), the decode's
+-1152 folded into per-row corrections (fold), rescale only when a row max grew (lazy).
 """
 import argparse
 import itertools
@@ -29,9 +31,18 @@ from qsa_loader import OPS_RELPATH, load_file_as, load_ops_module, load_qsa_ops
 import kernels as X
 
 
+TRIM_FLAGS = ((0, 0, 0), (1, 0, 0), (1, 1, 0), (1, 1, 1))
+TRIM_TILES = ((32, 1), (32, 2), (64, 2), (64, 4), (128, 4))
+
+
 def variants(case, grid: str):
-    """(sd, pf, block_n, warps, stages, target_splits, rp) candidates for one case."""
-    splits = (1,) if case.rows * case.kv_heads > 2048 else (2, 4, 8)
+    """(sd, pf, block_n, warps, stages, target_splits, rp) candidates for one case;
+    for --grid trims, ("trim", vt, fold, lazy, block_n, warps, target_splits)."""
+    base = case.rows * case.kv_heads
+    if grid == "trims":
+        splits = (1,) if base > 2048 else (4, 8, 16) if base > 256 else (16, 32, 64)
+        return [("trim", *f, bn, w, s) for f in TRIM_FLAGS for bn, w in TRIM_TILES for s in splits]
+    splits = (1,) if base > 2048 else (2, 4, 8)
     if grid == "tiles":
         tiles = ((32, 1), (32, 2), (64, 2), (64, 4), (128, 4))
         return [(sd, pf, bn, w, st, s, 0) for sd, pf, (bn, w), st, s in itertools.product((0, 1), (0, 1), tiles, (2, 3), splits)]
@@ -44,7 +55,11 @@ def variants(case, grid: str):
 
 
 def exp_launch(ops, cache, inputs, case, v):
-    sd, pf, bn, w, st, target_splits, rp = v
+    if v[0] == "trim":
+        _, vt, fold, lazy, bn, w, target_splits = v
+        sd, pf, st, rp = 1, 1, 2, 0
+    else:
+        sd, pf, bn, w, st, target_splits, rp = v
     _, table, t2r, logical, q, gate = inputs
     k, vc = cache.key_cache, cache.value_cache
     ks, vs = cache.kwargs["k_scale_cache"], cache.kwargs["v_scale_cache"]
@@ -61,14 +76,17 @@ def exp_launch(ops, cache, inputs, case, v):
     group = q.shape[1] // k.shape[2]
 
     def launch():
-        X.qsa_int8_exp_kernel[(q.shape[0], k.shape[2], splits)](
+        kernel, flags = X.qsa_int8_exp_kernel, dict(SPLIT_DIM=sd, PREFETCH=pf, REGPF=rp)
+        if v[0] == "trim":
+            kernel, flags = X.qsa_int8_vt_kernel, dict(VT=vt, FOLD=fold, LAZY=lazy)
+        kernel[(q.shape[0], k.shape[2], splits)](
             q, k, vc, logical, table, t2r, po, pl, out, q.shape[2] ** -0.5, 1.0 / 128.0, gate_v, ks, vs,
             q.stride(0), q.stride(1), k.stride(0), k.stride(1), k.stride(2), vc.stride(0), vc.stride(1), vc.stride(2),
             logical.stride(0), table.stride(0), out.stride(0), out.stride(1), gate_v.stride(0), gate_v.stride(1),
             *ks.stride(), q.shape[0], k.shape[0], table.shape[0],
             TOPK=width, PAGE_SIZE=k.shape[1], PAGE_TABLE_WIDTH=table.shape[1], GROUP_SIZE=group, HEAD_DIM=q.shape[2],
             NUM_QUERY_HEADS=q.shape[1], NUM_SPLITS=splits, NUM_TILES=tiles, BLOCK_M=triton.next_power_of_2(group),
-            BLOCK_N=bn, SPLIT_DIM=sd, PREFETCH=pf, REGPF=rp, num_warps=w, num_stages=st)
+            BLOCK_N=bn, **flags, num_warps=w, num_stages=st)
         if splits > 1:
             ops._qsa_merge_splitk_kernel[(q.shape[0], q.shape[1])](
                 po, pl, out, gate_v, out.stride(0), out.stride(1), gate_v.stride(0), gate_v.stride(1), q.shape[0],
@@ -79,6 +97,8 @@ def exp_launch(ops, cache, inputs, case, v):
 
 
 def name(v):
+    if v[0] == "trim":
+        return "t vt{} fold{} lazy{} {}/{}/s{}".format(*v[1:])
     return "x sd{} pf{} {}/{}/st{}/s{} rp{}".format(*v)
 
 
@@ -87,7 +107,7 @@ def main():
     p.add_argument("--engine", type=Path, required=True); p.add_argument("--upstream", type=Path, required=True)
     p.add_argument("--out", type=Path); p.add_argument("--cases", default="seed,production-prefill,decode-mtp")
     p.add_argument("--reps", type=int, default=20); p.add_argument("--shard"); p.add_argument("--jobs", type=int, default=14)
-    p.add_argument("--grid", choices=("tiles", "regpf"), default="tiles")
+    p.add_argument("--grid", choices=("tiles", "regpf", "trims"), default="tiles")
     a = p.parse_args()
     ops = load_qsa_ops(a.engine); layout = load_ops_module("qsa_kv_layout")
     upstream = load_file_as(a.upstream / OPS_RELPATH / "qsa.py", "qsa_upstream_ops")
@@ -124,6 +144,9 @@ def main():
         _, table, t2r, logical, q, gate = inputs
         ops.qsa_sparse_paged_attention(q, i8.key_cache, i8.value_cache, logical, table, t2r, case.prefill, ref_out, output_gate=gate, **i8.kwargs)
         fns = {"fp8": fp8_fn, "int8": int8_fn}
+        bf16c = None
+        if a.grid == "trims":
+            fns["bf16"], bf16c = B.make_arm("bf16", ops, upstream, layout, kf, vf, inputs, case)
         errs = {}
         for v in vs:
             try:
@@ -139,8 +162,15 @@ def main():
         print(f"\n{case.name}: fp8 {fp8_ms:.3f} ms, shipped int8 {int8_ms:.3f} ms; top 15:")
         for n, ms, mn in rows[:15]:
             print(f"  {n:<28} {ms:7.3f} ms  x fp8 {fp8_ms / ms:5.2f}  max|diff| {errs.get(n, 0):.2e}", flush=True)
+        if a.grid == "trims":
+            print(f"  best per switch set (vt fold lazy); bf16 {statistics.median(times['bf16']):.3f} ms:")
+            for f in TRIM_FLAGS:
+                tag = "t vt{} fold{} lazy{} ".format(*f)
+                best = min((r for r in rows if r[0].startswith(tag)), key=lambda r: r[1], default=None)
+                if best:
+                    print(f"    {best[0]:<34} {best[1]:7.3f} ms  x fp8 {fp8_ms / best[1]:5.2f}  x shipped int8 {int8_ms / best[1]:5.2f}", flush=True)
         results[case.name] = {"fp8": fp8_ms, "int8": int8_ms, "rows": [{"name": n, "ms": ms, "ms_min": mn, "maxdiff": errs.get(n)} for n, ms, mn in rows]}
-        del kf, vf, i8, fp8c, fns; torch.cuda.empty_cache()
+        del kf, vf, i8, fp8c, bf16c, fns; torch.cuda.empty_cache()
     if a.out:
         a.out.mkdir(parents=True, exist_ok=True)
         (a.out / "exp.json").write_text(json.dumps(results, indent=1))

@@ -2,6 +2,8 @@
 
     python benchmarks/int8_variants/store.py PATCHED rows [OUT.json]    # first device call
     python benchmarks/int8_variants/store.py PATCHED early [OUT.json]   # second: loads before the slot check
+    python benchmarks/int8_variants/store.py PATCHED heads [OUT.json]   # session 3: all heads of a token per program,
+                                                                         # and the same traffic without quantize math
 """
 import json
 import statistics
@@ -33,18 +35,23 @@ res = {}
 GRIDS = {
     "rows": [(b, w, 0) for b in (2, 4, 8, 16, 32) for w in (2, 4, 8)],
     "early": [(b, w, e) for b in (4, 8, 16, 32) for w in (2, 4, 8) for e in (0, 1)],
+    "heads": [(b, w, q) for b in (4, 8, 16) for w in (2, 4, 8) for q in (1, 0)],
 }
-for bt, w, early in GRIDS[sys.argv[2]]:
+for bt, w, flag in GRIDS[sys.argv[2]]:
     c = int8_kv_cache(layout, pages, P, H)
     _, kc, vc, ks, vs = c
 
-    def fn(kc=kc, vc=vc, ks=ks, vs=vs, bt=bt, w=w, early=early):
-        X.store_int8_exp_kernel[(triton.cdiv(tokens, bt), H)](
-            key, value, kc, vc, ks, vs, slots, key.stride(0), key.stride(1), value.stride(0), value.stride(1),
-            kc.stride(0), kc.stride(1), kc.stride(2), *ks.stride(), tokens, kc.shape[0] * kc.shape[1],
-            PAGE_SIZE=P, HEAD_DIM=D, BLOCK_T=bt, EARLY=early, num_warps=w)
+    def fn(kc=kc, vc=vc, ks=ks, vs=vs, bt=bt, w=w, flag=flag):
+        args = (key, value, kc, vc, ks, vs, slots, key.stride(0), key.stride(1), value.stride(0), value.stride(1),
+                kc.stride(0), kc.stride(1), kc.stride(2), *ks.stride(), tokens, kc.shape[0] * kc.shape[1])
+        if sys.argv[2] == "heads":
+            X.store_int8_heads_kernel[(triton.cdiv(tokens, bt),)](
+                *args, PAGE_SIZE=P, HEAD_DIM=D, NUM_HEADS=H, BLOCK_T=bt, QUANT=flag, num_warps=w)
+        else:
+            X.store_int8_exp_kernel[(triton.cdiv(tokens, bt), H)](
+                *args, PAGE_SIZE=P, HEAD_DIM=D, BLOCK_T=bt, EARLY=flag, num_warps=w)
     fn(); torch.cuda.synchronize()
-    label = f"T{bt}/w{w}" + (f"/e{early}" if sys.argv[2] == "early" else "")
+    label = f"T{bt}/w{w}" + {"early": f"/e{flag}", "heads": "/heads" if flag else "/ceiling"}.get(sys.argv[2], "")
     fns[label] = fn
     res[label] = {"bit_exact": all(torch.equal(x, y) for x, y in zip(ref, c))}
 times = B.time_launches(fns, reps=30, warmup=3)
