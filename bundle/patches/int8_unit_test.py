@@ -165,6 +165,31 @@ def test_int8_every_sm90_table_tile_matches_reference(ops, layout, hq, nkv):
         _assert_matches_reference(out, cache, q, gate, idx, table, t2r, f"int8 {hq}/{nkv} tile {block_n}/{warps} rows={rows}")
 
 
+@pytest.mark.parametrize("rows", [24, 2100], ids=["splitk", "nosplit"])
+def test_int8_decode_bias_fold_on_offset_inputs(ops, layout, rows):
+    """The int8 kernel decodes K and V to x + 1152 and subtracts 1152 * sum(Q) and
+    1152 * sum(P weights) per row. Here Q and K share a large mean and K's spread,
+    so its per-token scale, varies 10x across tokens: the mean's share of each
+    logit is equal across tokens and cancels in the softmax, but an error in the
+    K bias is multiplied by each token's own scale and does not. Summing Q in
+    fp16 instead of fp32 fails this test on the H200; the edge-case tests pass it."""
+    gen = torch.Generator().manual_seed(11)
+    page, nkv, hq, width, requests, context_pages = 64, 2, 24, 2051, 4, 64
+    num_blocks = requests * context_pages + 8
+    spread = 0.2 + 1.8 * torch.rand(num_blocks, page, nkv, 1, generator=gen)
+    k = (3.0 + spread * torch.randn(num_blocks, page, nkv, HEAD_DIM, generator=gen)).cuda()
+    v = (2.0 + torch.randn(num_blocks, page, nkv, HEAD_DIM, generator=gen)).cuda()
+    cache = make_cache(ops, layout, "int8", k, v)
+    idx, table, t2r = make_selection(
+        rows=rows, width=width, requests=requests, pages_per_request=context_pages,
+        page=page, num_blocks=num_blocks, generator=gen,
+    )  # fmt: skip
+    q = (1.0 + 0.3 * torch.randn(rows, hq, HEAD_DIM, generator=gen)).cuda().to(torch.bfloat16)
+    gate = torch.randn(rows, hq, HEAD_DIM, generator=gen).cuda().to(torch.bfloat16)
+    out = _run(ops, cache, q, gate, idx, table, t2r, prefill=rows > 1000)
+    _assert_matches_reference(out, cache, q, gate, idx, table, t2r, f"int8 offset inputs rows={rows}")
+
+
 @pytest.mark.parametrize("dtype", ["bf16", "fp8"])
 @pytest.mark.parametrize("rows", [24, 2100])
 def test_bf16_fp8_bit_identical_to_upstream(ops, layout, upstream, dtype, rows):
