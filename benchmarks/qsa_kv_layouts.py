@@ -319,7 +319,7 @@ def main() -> None:
     parser.add_argument("--reps", type=int, default=30)
     parser.add_argument("--cases", default=",".join(c.name for c in CASES))
     parser.add_argument("--sweep", action="store_true", help="only time int8 tile candidates (tunes sm_90)")
-    parser.add_argument("--sweep-stages", default="1,2,3", help="with --sweep, the num_stages values to try")
+    parser.add_argument("--sweep-stages", default=",".join(map(str, SWEEP_STAGES)), help="with --sweep, the num_stages values to try")
     parser.add_argument("--compile-shard", help="I/N: with --sweep, only compile every N-th candidate")
     parser.add_argument("--only-arm", help="run one arm of one case a few times (for ncu)")
     args = parser.parse_args()

@@ -15,11 +15,12 @@ def ops(patched_tree):
     return aot._loader().load_qsa_ops(patched_tree, capability=(9, 0))
 
 
-def _call(ops, *, head_dim: int, dtype: torch.dtype):
+def _call(ops, *, head_dim: int, scale_heads: int = 2):
+    """One int8 call on CPU tensors: 24 query heads over 2 kv heads, scales for scale_heads."""
     rows, q_heads, kv_heads, page, blocks, width = 4, 24, 2, 16, 8, 32
     q = torch.zeros(rows, q_heads, head_dim, dtype=torch.bfloat16)
-    cache = torch.zeros(blocks, page, kv_heads, head_dim, dtype=dtype)
-    scales = torch.ones(blocks, page, kv_heads)
+    cache = torch.zeros(blocks, page, kv_heads, head_dim, dtype=torch.int8)
+    scales = torch.ones(blocks, page, scale_heads)
     return ops.qsa_sparse_paged_attention(
         q, cache, cache, torch.zeros(rows, width + 1, dtype=torch.int32), torch.zeros(1, blocks, dtype=torch.int32),
         torch.zeros(rows, dtype=torch.int32), True, output_gate=torch.zeros_like(q),
@@ -29,16 +30,9 @@ def _call(ops, *, head_dim: int, dtype: torch.dtype):
 
 def test_int8_cache_with_head_dim_below_64_is_refused_with_the_reason(ops):
     with pytest.raises(ValueError, match=r"head_dim >= 64, got 32"):
-        _call(ops, head_dim=32, dtype=torch.int8)
+        _call(ops, head_dim=32)
 
 
 def test_int8_scale_tensors_of_the_wrong_shape_are_refused(ops):
-    rows, page, blocks = 4, 16, 8
-    q = torch.zeros(rows, 24, 256, dtype=torch.bfloat16)
-    cache = torch.zeros(blocks, page, 2, 256, dtype=torch.int8)
     with pytest.raises(ValueError, match=r"fp32 k_scale_cache and v_scale_cache shaped \(8, 16, 2\)"):
-        ops.qsa_sparse_paged_attention(
-            q, cache, cache, torch.zeros(rows, 33, dtype=torch.int32), torch.zeros(1, blocks, dtype=torch.int32),
-            torch.zeros(rows, dtype=torch.int32), True, output_gate=torch.zeros_like(q),
-            k_scale_cache=torch.ones(blocks, page, 1), v_scale_cache=torch.ones(blocks, page, 1),
-        )  # fmt: skip
+        _call(ops, head_dim=256, scale_heads=1)
