@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# The GPU runs behind evidence/kernels/, one step per argument, on a machine with the GPU.
+#   PATCHED: vllm 0.33.0 QSA sources with the series applied (builder patches apply --to DIR)
+#   UPSTREAM: the same sources unpatched; OUT: where the logs and JSON go
+#
+#   benchmarks/kernel_evidence.sh PATCHED UPSTREAM OUT tests memcheck mutation sweep layouts trims store ncu accuracy
+#
+# sweep rewrites _SM90_INT8_TABLE in PATCHED (benchmarks/qsa_int8_table.py); run
+# `builder patches refresh --from PATCHED` afterwards to carry it into the diff.
+set -euo pipefail
+E=$1 U=$2 OUT=$3
+shift 3
+mkdir -p "$OUT"
+export QFN_QSA_PATCHED_TREE=$E QFN_QSA_UPSTREAM_TREE=$U
+QSA_OPS=vllm/models/qwen4_exp/nvidia/ops/qsa.py
+SWEEP_CASES=seed,production-prefill,decode-mtp,tp2-prefill,tp2-decode-mtp,long-context-decode,decode-mtp-2req,decode-mtp-3req,decode-mtp-6req,decode-mtp-16req
+
+for step in "$@"; do
+  case $step in
+    tests)
+      python -m pytest -n 8 -v -p no:cacheprovider bundle/patches/int8_unit_test.py > "$OUT/int8_unit_test-h200.log" 2>&1 ;;
+    memcheck)
+      compute-sanitizer --tool memcheck python -m pytest -p no:cacheprovider bundle/patches/int8_unit_test.py \
+        -k "memcheck or quantize_on_write" -s > "$OUT/int8_unit_test-memcheck-h200.log" 2>&1 ;;
+    mutation)
+      # The bias-fold test must fail on a kernel that sums Q in fp16.
+      python -m pytest -p no:cacheprovider bundle/patches/int8_unit_test.py -k bias_fold -s \
+        | grep -E "rel_rms|passed|failed" > "$OUT/int8_unit_test-bias-fold-h200.txt"
+      mutant=$(mktemp -d)
+      cp -r "$E/." "$mutant"
+      sed -i 's/tl.sum(query_lo.to(tl.float32), axis=1) + tl.sum(query_hi.to(tl.float32), axis=1)/(tl.sum(query_lo, axis=1) + tl.sum(query_hi, axis=1)).to(tl.float32)/' "$mutant/$QSA_OPS"
+      grep -q "tl.sum(query_lo, axis=1)" "$mutant/$QSA_OPS"
+      if QFN_QSA_PATCHED_TREE=$mutant python -m pytest -p no:cacheprovider bundle/patches/int8_unit_test.py \
+          -k "bias_fold or (edge_cases and int8 and page64-w2051)" -s > "$OUT/int8_unit_test-mutation-fp16-qsum-h200.log" 2>&1; then
+        echo "mutation survived: the bias-fold test did not fail" >&2; exit 1
+      fi
+      rm -rf "$mutant" ;;
+    sweep)
+      for i in $(seq 0 12); do  # fill Triton's cache from 13 processes; compiling dominates a sweep
+        python benchmarks/qsa_kv_layouts.py --engine "$E" --upstream "$U" --out "$(mktemp -d)" --sweep --sweep-stages 2 \
+          --cases "$SWEEP_CASES" --compile-shard "$i/13" > /dev/null 2>&1 &
+      done
+      wait
+      python benchmarks/qsa_kv_layouts.py --engine "$E" --upstream "$U" --out "$OUT" --sweep --sweep-stages 2 \
+        --cases "$SWEEP_CASES" --reps 20 > "$OUT/qsa-int8-sweep-h200.txt" 2>&1
+      python benchmarks/qsa_int8_table.py --sweep "$OUT/qsa-int8-sweep-h200.json" --qsa "$E/$QSA_OPS" --out "$OUT"
+      mv "$OUT/qsa-int8-table.json" "$OUT/qsa-int8-table-h200.json" ;;
+    layouts)
+      python benchmarks/qsa_kv_layouts.py --engine "$E" --upstream "$U" --out "$OUT" --reps 30 > "$OUT/qsa-layouts-h200.txt" 2>&1 ;;
+    trims)
+      python benchmarks/int8_variants/attention.py --engine "$E" --upstream "$U" --out "$OUT/trims" --grid trims \
+        --cases seed,production-prefill,decode-mtp --jobs 15 > "$OUT/qsa-int8-trims-h200.txt" 2>&1
+      mv "$OUT/trims/exp.json" "$OUT/qsa-int8-trims-h200.json" ;;
+    store)
+      python benchmarks/int8_variants/store.py "$E" heads "$OUT/qsa-int8-store-heads-h200.json" > "$OUT/qsa-int8-store-heads-h200.txt" 2>&1 ;;
+    ncu)
+      sections=(--section SpeedOfLight --section WarpStateStats --section LaunchStats --section Occupancy --section MemoryWorkloadAnalysis)
+      for arm in int8 fp8; do
+        for c in production-prefill decode-mtp; do
+          ncu --clock-control none "${sections[@]}" -k regex:splitk_kernel -c 1 python benchmarks/qsa_kv_layouts.py \
+            --engine "$E" --upstream "$U" --out "$(mktemp -d)" --only-arm "$arm" --cases "$c" > "$OUT/ncu-$arm-$c.txt" 2>&1
+        done
+      done
+      for slots in scattered paged; do
+        ncu --clock-control none "${sections[@]}" -k regex:store_int8 -c 1 python benchmarks/kernel_store_once.py "$E" "$slots" \
+          > "$OUT/ncu-int8-store-$slots.txt" 2>&1
+      done ;;
+    accuracy)
+      python benchmarks/qsa_int8_accuracy.py --engine "$E" --smollm2 .dev/patches/smollm2_kv.pt \
+        --out "$OUT/qsa-int8-accuracy.json" > "$OUT/qsa-int8-accuracy.txt" 2>&1 ;;
+    *) echo "unknown step $step" >&2; exit 2 ;;
+  esac
+  echo "$step done"
+done
