@@ -161,9 +161,13 @@ def serve(
         for removed in serving.stop(target=cfg.target.name, name=name):
             typer.echo(f"removed {removed}")
         return
-    served = serving.serve(
-        cfg=cfg, model_dir=model_dir, ple_dir=ple_dir, bind=bind, host_port=port, timeout_s=timeout, name=name, memory=memory
-    )
+    try:
+        served = serving.serve(
+            cfg=cfg, model_dir=model_dir, ple_dir=ple_dir, bind=bind, host_port=port, timeout_s=timeout, name=name, memory=memory
+        )
+    except serving.Interrupted as exc:  # the container is already removed; exit as the signal would
+        err_console.print(f"serve: interrupted by {exc}", highlight=False, markup=False)
+        raise typer.Exit(128 + exc.signum) from None
     typer.echo(served.url)
 
 

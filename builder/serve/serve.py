@@ -63,40 +63,81 @@ def serve(
     host, port = spec.ports[f"{cfg.server.port}/tcp"]
     url = f"http://{'127.0.0.1' if host in ('0.0.0.0', '') else host}:{port}"
     container = None
-    try:
-        with _ctrl_c_deferred():
-            container = start_container(client=client, spec=spec)
-        console.print(f"serve: started {spec.name} from {spec.image}; waiting for {url}", soft_wrap=True)
-        ready = wait_ready(
-            url=url,
-            served_name=cfg.model.served_name,
-            timeout_s=timeout_s,
-            alive=lambda: check_alive(container),
-            console=console,
-        )
-    except BaseException:  # ServeError, timeout, Ctrl-C: never leave a half-started server behind
-        if container is not None:
-            console.print(f"serve: stopping and removing {spec.name}", soft_wrap=True)
-            remove_container(container)
-        raise
+    with _Interrupts() as interrupts:
+        try:
+            with interrupts.held():
+                container = start_container(client=client, spec=spec)
+            console.print(f"serve: started {spec.name} from {spec.image}; waiting for {url}", soft_wrap=True)
+            ready = wait_ready(
+                url=url,
+                served_name=cfg.model.served_name,
+                timeout_s=timeout_s,
+                alive=lambda: check_alive(container),
+                console=console,
+            )
+        except BaseException:  # ServeError, timeout, Ctrl-C, SIGTERM: never leave a half-started server
+            if container is not None:
+                console.print(f"serve: stopping and removing {spec.name}", soft_wrap=True, markup=False)
+                with interrupts.held():  # a second Ctrl-C must not abandon the removal half way
+                    remove_container(container)
+            raise
     return Served(container=spec.name, image=spec.image, url=url, ready=ready)
 
 
-@contextmanager
-def _ctrl_c_deferred() -> Iterator[None]:
-    """Hold Ctrl-C while docker creates and starts the container.
+class Interrupted(KeyboardInterrupt):
+    """SIGINT or SIGTERM arrived while serve was starting the server (the container is removed)."""
 
-    Interrupted mid-request, the daemon still finishes the create, and we would have no handle
-    to remove it by: a container left behind. The held signal fires as soon as we have one.
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+class _Interrupts:
+    """SIGINT and SIGTERM as `Interrupted`, raised in the main thread, or held while ``held()``.
+
+    Python-level handlers rather than a signal mask: a masked signal can still be delivered to
+    another thread of the process, and its KeyboardInterrupt then lands wherever the main thread
+    happens to be, e.g. inside the docker create call we hold no handle from yet. SIGTERM is
+    handled like Ctrl-C so a CI timeout or `kill` also removes the half-started container. A
+    signal ignored when serve started (a job started with `&` by a non-interactive shell
+    inherits SIGINT ignored, as POSIX says) stays ignored.
     """
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
-    try:
-        yield
-    finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+
+    _SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+    def __init__(self) -> None:
+        self._previous: dict[int, object] = {}
+        self._holding = 0
+        self._pending: int | None = None
+
+    def __enter__(self) -> _Interrupts:
+        if threading.current_thread() is threading.main_thread():
+            for signum in self._SIGNALS:
+                if signal.getsignal(signum) is not signal.SIG_IGN:
+                    self._previous[signum] = signal.signal(signum, self._on_signal)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for signum, handler in self._previous.items():
+            signal.signal(signum, handler)
+
+    def _on_signal(self, signum: int, _frame: object) -> None:
+        if self._holding:
+            self._pending = self._pending or signum
+            return
+        raise Interrupted(signum)
+
+    @contextmanager
+    def held(self) -> Iterator[None]:
+        """Hold signals for a step that must finish once begun; a held one is raised right after."""
+        self._holding += 1
+        try:
+            yield
+        finally:
+            self._holding -= 1
+            if not self._holding and self._pending is not None:
+                signum, self._pending = self._pending, None
+                raise Interrupted(signum)
 
 
 def stop(*, target: str, name: str | None = None) -> list[str]:
