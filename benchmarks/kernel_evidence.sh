@@ -8,7 +8,7 @@
 #     (the series of commit ed7f111 applied: git show ed7f111:bundle/patches/qsa-int8.diff)
 #
 #   Current evidence (issue 13):
-#   benchmarks/kernel_evidence.sh PATCHED UPSTREAM OUT grid-sweep grid tests mutation-window accuracy store-bench
+#   benchmarks/kernel_evidence.sh PATCHED UPSTREAM OUT grid-sweep grid tests mutation-window accuracy store-bench fix-speed deferred-bias emulation
 #   Earlier evidence (kernel before issue 13; files named in evidence/kernels/README.md):
 #   benchmarks/kernel_evidence.sh PATCHED UPSTREAM OUT memcheck mutation sweep layouts trims store ncu
 #
@@ -36,11 +36,11 @@ for step in "$@"; do
   case $step in
     tests)
       # loadgroup: the window tests of one width share a worker and its compiled kernels.
-      python -m pytest -n 12 --dist loadgroup -v -s -p no:cacheprovider bundle/patches/int8_unit_test.py > "$OUT/int8_unit_test-h200.log" 2>&1 ;;
+      python -m pytest -n 12 --dist loadgroup -v -rA -p no:cacheprovider bundle/patches/int8_unit_test.py > "$OUT/int8_unit_test-h200.log" 2>&1 ;;
     mutation-window)
       # The window tests and the tightened edge-case bound must fail on the kernel that
       # carried the +1152 V bias across a whole split.
-      if QFN_QSA_PATCHED_TREE=$QFN_QSA_OLD_TREE python -m pytest -n 6 --dist loadgroup -v -s -p no:cacheprovider bundle/patches/int8_unit_test.py \
+      if QFN_QSA_PATCHED_TREE=$QFN_QSA_OLD_TREE python -m pytest -n 4 --dist loadgroup -v -rA -p no:cacheprovider bundle/patches/int8_unit_test.py \
           -k "(window_and_table_entry and flat and (w2051 or w4099 or w8192)) or (smollm2 and w4099) or (edge_cases and int8 and nosplit and page64-w2051)" \
           > "$OUT/int8_unit_test-mutation-window-bias-h200.log" 2>&1; then
         echo "mutation survived: the window tests passed on the pre-issue-13 kernel" >&2; exit 1
@@ -55,6 +55,28 @@ for step in "$@"; do
       compile_shards
       python benchmarks/qsa_grid.py --engine "$E" --upstream "$U" --out "$OUT" --reps 15 > "$OUT/qsa-grid-h200.log" 2>&1
       python benchmarks/qsa_grid_report.py --grid "$OUT/qsa-grid-h200.json" --out "$OUT" > /dev/null ;;
+    fix-speed)
+      # Old (QFN_QSA_OLD_TREE) and new int8 kernel side by side; compile each case in parallel first.
+      for c in "production 8x256 interleaved" "production 8x256 contiguous" "prefill 1x2048 ctx32K" \
+          "decode-mtp 64x5 ctx4K interleaved" "decode-mtp 64x5 ctx4K contiguous"; do
+        python benchmarks/qsa_int8_fix_speed.py --engine "$E" --old "$QFN_QSA_OLD_TREE" --upstream "$U" --out "$(mktemp -d)" \
+          --case "$c" --warm-only > /dev/null 2>&1 &
+      done
+      wait
+      python benchmarks/qsa_int8_fix_speed.py --engine "$E" --old "$QFN_QSA_OLD_TREE" --upstream "$U" --out "$OUT" \
+        > "$OUT/qsa-int8-fix-speed-h200.txt" 2>&1
+      # The same with every case's pages in a 256K-token pool, as the earlier layouts benchmark had.
+      python benchmarks/qsa_int8_fix_speed.py --engine "$E" --old "$QFN_QSA_OLD_TREE" --upstream "$U" --out "$OUT" \
+        --pool-tokens 262144 > "$OUT/qsa-int8-fix-speed-pool256K-h200.txt" 2>&1 ;;
+    deferred-bias)
+      # A candidate kernel tree (QFN_QSA_VARIANT_TREE: the shipped qsa.py with each tile's bias
+      # subtracted at the next tile's rescale) against before / after, 256K-token pool.
+      python benchmarks/qsa_int8_fix_speed.py --engine "$E" --old "$QFN_QSA_OLD_TREE" --upstream "$U" --variant "$QFN_QSA_VARIANT_TREE" \
+        --out "$OUT" --pool-tokens 262144 --case "production 8x256 contiguous,prefill 1x2048 ctx32K,decode-mtp 64x5 ctx4K contiguous" \
+        > "$OUT/qsa-int8-deferred-bias-pool256K-h200.txt" 2>&1
+      mv "$OUT/qsa-int8-fix-speed-pool256K-h200.json" "$OUT/qsa-int8-deferred-bias-pool256K-h200.json" ;;
+    emulation)  # CPU only
+      python benchmarks/qsa_int8_mma_emulation.py > "$OUT/qsa-int8-mma-emulation.txt" ;;
     store-bench)
       python benchmarks/qsa_store_bench.py --engine "$E" --out "$OUT" > "$OUT/qsa-int8-store-h200.txt" 2>&1 ;;
     memcheck)

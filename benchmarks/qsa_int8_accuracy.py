@@ -31,7 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bundle" / "patc
 from qsa_cases import (  # noqa: E402
     WINDOWS,
     forced_int8_config,
-    int8_table_entries,
+    int8_entries_and_one_split,
     make_cache,
     smollm2_window_inputs,
     window_inputs,
@@ -118,9 +118,7 @@ def main() -> None:
 
     ops = load_qsa_ops(args.engine)
     layout = load_ops_module("qsa_kv_layout")
-    entries = int8_table_entries(ops)
-    for block_n, warps, _ in list(entries):
-        entries.setdefault((block_n, warps, 1), []).append("one split")
+    entries = int8_entries_and_one_split(ops)
     smollm2 = torch.load(args.smollm2) if args.smollm2 else None
     names = ["flat", "peaked", "outlier_k"] + (["smollm2"] if smollm2 is not None else [])
     widths = [int(w) for w in args.widths.split(",")]

@@ -27,7 +27,7 @@ from qsa_cases import (  # noqa: E402
     HEAD_DIM,
     WINDOWS,
     forced_int8_config,
-    int8_table_entries,
+    int8_entries_and_one_split,
     make_cache,
     make_selection,
     smollm2_window_inputs,
@@ -193,9 +193,7 @@ def _int8_within_bf16_at_every_table_entry(ops, layout, inputs, label):
     bf16_err = relative_rms_error(bf16_out, qsa_sparse_attention_reference(q, bf16.k_ref, bf16.v_ref, idx, table, t2r, gate))
     int8 = make_cache(ops, layout, "int8", k, v)
     ref = qsa_sparse_attention_reference(q, int8.k_ref, int8.v_ref, idx, table, t2r, gate)
-    entries = int8_table_entries(ops)
-    for block_n, warps, _ in list(entries):
-        entries.setdefault((block_n, warps, 1), []).append("one split")
+    entries = int8_entries_and_one_split(ops)
     width = idx.shape[1] - 1
     longest = int(idx[:, width].max())
     failures = []

@@ -165,6 +165,16 @@ def int8_table_entries(ops) -> dict[tuple[int, int, int], list[str]]:
     return entries
 
 
+def int8_entries_and_one_split(ops) -> dict[tuple[int, int, int], list[str]]:
+    """int8_table_entries plus, for each tile shape, one split: the whole window in one program."""
+    entries = int8_table_entries(ops)
+    for block_n, warps, _ in list(entries):
+        archs = entries.setdefault((block_n, warps, 1), [])
+        if "one split" not in archs:
+            archs.append("one split")
+    return entries
+
+
 class forced_int8_config:
     """Context manager: the dispatch picks (block_n, warps, target_splits) for every call."""
 
