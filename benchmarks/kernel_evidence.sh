@@ -2,23 +2,83 @@
 # The GPU runs behind evidence/kernels/, one step per argument, on a machine with the GPU.
 #   PATCHED: vllm 0.33.0 QSA sources with the series applied (builder patches apply --to DIR)
 #   UPSTREAM: the same sources unpatched; OUT: where the logs and JSON go
+#   QFN_QSA_SMOLLM2_KV: real SmolLM2 K/V/Q for the window tests and accuracy
+#     (python benchmarks/capture_smollm2_kv.py --num-layers 4 --out .dev/smollm2_kv.pt, on a CPU machine)
+#   QFN_QSA_OLD_TREE: for mutation-window, a tree with the int8 kernel before issue 13
+#     (the series of commit ed7f111 applied: git show ed7f111:bundle/patches/qsa-int8.diff)
 #
-#   benchmarks/kernel_evidence.sh PATCHED UPSTREAM OUT tests memcheck mutation sweep layouts trims store ncu accuracy
+#   Current evidence (issue 13):
+#   benchmarks/kernel_evidence.sh PATCHED UPSTREAM OUT grid-sweep grid tests mutation-window accuracy store-bench fix-speed deferred-bias emulation
+#   Earlier evidence (kernel before issue 13; files named in evidence/kernels/README.md):
+#   benchmarks/kernel_evidence.sh PATCHED UPSTREAM OUT memcheck mutation sweep layouts trims store ncu
 #
-# sweep rewrites _SM90_INT8_TABLE in PATCHED (benchmarks/qsa_int8_table.py); run
+# sweep and grid-sweep rewrite _SM90_INT8_TABLE in PATCHED (benchmarks/qsa_int8_table.py); run
 # `builder patches refresh --from PATCHED` afterwards to carry it into the diff.
+# Afterwards, on any machine: python benchmarks/qsa_grid_report.py --grid OUT/qsa-grid-h200.json --out OUT
 set -euo pipefail
 E=$1 U=$2 OUT=$3
 shift 3
 mkdir -p "$OUT"
-export QFN_QSA_PATCHED_TREE=$E QFN_QSA_UPSTREAM_TREE=$U
+export QFN_QSA_PATCHED_TREE=$E QFN_QSA_UPSTREAM_TREE=$U PYTHONUNBUFFERED=1
+export QFN_QSA_SMOLLM2_KV=${QFN_QSA_SMOLLM2_KV:-.dev/smollm2_kv.pt}
 QSA_OPS=vllm/models/qwen4_exp/nvidia/ops/qsa.py
 SWEEP_CASES=seed,production-prefill,decode-mtp,tp2-prefill,tp2-decode-mtp,long-context-decode,decode-mtp-2req,decode-mtp-3req,decode-mtp-6req,decode-mtp-16req
+SHARDS=13
+
+compile_shards() {  # fill Triton's on-disk cache from $SHARDS processes; compiling dominates these runs
+  for i in $(seq 0 $((SHARDS - 1))); do
+    python benchmarks/qsa_grid.py --engine "$E" --upstream "$U" --out "$(mktemp -d)" "$@" --compile-shard "$i/$SHARDS" > /dev/null 2>&1 &
+  done
+  wait
+}
 
 for step in "$@"; do
   case $step in
     tests)
-      python -m pytest -n 8 -v -p no:cacheprovider bundle/patches/int8_unit_test.py > "$OUT/int8_unit_test-h200.log" 2>&1 ;;
+      # loadgroup: the window tests of one width share a worker and its compiled kernels.
+      python -m pytest -n 12 --dist loadgroup -v -rA -p no:cacheprovider bundle/patches/int8_unit_test.py > "$OUT/int8_unit_test-h200.log" 2>&1 ;;
+    mutation-window)
+      # The window tests and the tightened edge-case bound must fail on the kernel that
+      # carried the +1152 V bias across a whole split.
+      if QFN_QSA_PATCHED_TREE=$QFN_QSA_OLD_TREE python -m pytest -n 4 --dist loadgroup -v -rA -p no:cacheprovider bundle/patches/int8_unit_test.py \
+          -k "(window_and_table_entry and flat and (w2051 or w4099 or w8192)) or (smollm2 and w4099) or (edge_cases and int8 and nosplit and page64-w2051)" \
+          > "$OUT/int8_unit_test-mutation-window-bias-h200.log" 2>&1; then
+        echo "mutation survived: the window tests passed on the pre-issue-13 kernel" >&2; exit 1
+      fi ;;
+    grid-sweep)
+      compile_shards --sweep
+      python benchmarks/qsa_grid.py --engine "$E" --upstream "$U" --out "$OUT" --sweep --reps 10 > "$OUT/qsa-int8-grid-sweep-h200.txt" 2>&1
+      python benchmarks/qsa_int8_table.py --sweep "$OUT/qsa-int8-grid-sweep.json" --qsa "$E/$QSA_OPS" --out "$OUT" >> "$OUT/qsa-int8-grid-sweep-h200.txt"
+      mv "$OUT/qsa-int8-grid-sweep.json" "$OUT/qsa-int8-grid-sweep-h200.json"
+      mv "$OUT/qsa-int8-table.json" "$OUT/qsa-int8-table-h200.json" ;;
+    grid)
+      compile_shards
+      python benchmarks/qsa_grid.py --engine "$E" --upstream "$U" --out "$OUT" --reps 15 > "$OUT/qsa-grid-h200.log" 2>&1
+      python benchmarks/qsa_grid_report.py --grid "$OUT/qsa-grid-h200.json" --out "$OUT" > /dev/null ;;
+    fix-speed)
+      # Old (QFN_QSA_OLD_TREE) and new int8 kernel side by side; compile each case in parallel first.
+      for c in "production 8x256 interleaved" "production 8x256 contiguous" "prefill 1x2048 ctx32K" \
+          "decode-mtp 64x5 ctx4K interleaved" "decode-mtp 64x5 ctx4K contiguous"; do
+        python benchmarks/qsa_int8_fix_speed.py --engine "$E" --old "$QFN_QSA_OLD_TREE" --upstream "$U" --out "$(mktemp -d)" \
+          --case "$c" --warm-only > /dev/null 2>&1 &
+      done
+      wait
+      python benchmarks/qsa_int8_fix_speed.py --engine "$E" --old "$QFN_QSA_OLD_TREE" --upstream "$U" --out "$OUT" \
+        > "$OUT/qsa-int8-fix-speed-h200.txt" 2>&1
+      # The same with every case's pages in a 256K-token pool, as the earlier layouts benchmark had.
+      python benchmarks/qsa_int8_fix_speed.py --engine "$E" --old "$QFN_QSA_OLD_TREE" --upstream "$U" --out "$OUT" \
+        --pool-tokens 262144 > "$OUT/qsa-int8-fix-speed-pool256K-h200.txt" 2>&1 ;;
+    deferred-bias)
+      # A candidate kernel tree (QFN_QSA_VARIANT_TREE: the shipped qsa.py with each tile's bias
+      # subtracted at the next tile's rescale) against before / after, 256K-token pool.
+      python benchmarks/qsa_int8_fix_speed.py --engine "$E" --old "$QFN_QSA_OLD_TREE" --upstream "$U" --variant "$QFN_QSA_VARIANT_TREE" \
+        --out "$OUT" --pool-tokens 262144 --case "production 8x256 contiguous,prefill 1x2048 ctx32K,decode-mtp 64x5 ctx4K contiguous" \
+        > "$OUT/qsa-int8-deferred-bias-pool256K-h200.txt" 2>&1
+      mv "$OUT/qsa-int8-fix-speed-pool256K-h200.json" "$OUT/qsa-int8-deferred-bias-pool256K-h200.json" ;;
+    emulation)  # CPU only
+      python benchmarks/qsa_int8_mma_emulation.py > "$OUT/qsa-int8-mma-emulation.txt" ;;
+    store-bench)
+      python benchmarks/qsa_store_bench.py --engine "$E" --out "$OUT" > "$OUT/qsa-int8-store-h200.txt" 2>&1 ;;
     memcheck)
       compute-sanitizer --tool memcheck python -m pytest -p no:cacheprovider bundle/patches/int8_unit_test.py \
         -k "memcheck or quantize_on_write" -s > "$OUT/int8_unit_test-memcheck-h200.log" 2>&1 ;;
@@ -66,8 +126,7 @@ for step in "$@"; do
           > "$OUT/ncu-int8-store-$slots.txt" 2>&1
       done ;;
     accuracy)
-      python benchmarks/qsa_int8_accuracy.py --engine "$E" --smollm2 .dev/patches/smollm2_kv.pt \
-        --out "$OUT/qsa-int8-accuracy.json" > "$OUT/qsa-int8-accuracy.txt" 2>&1 ;;
+      python benchmarks/qsa_int8_accuracy.py --engine "$E" --smollm2 "$QFN_QSA_SMOLLM2_KV" --out "$OUT" > "$OUT/qsa-int8-accuracy.txt" 2>&1 ;;
     *) echo "unknown step $step" >&2; exit 2 ;;
   esac
   echo "$step done"

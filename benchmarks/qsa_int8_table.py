@@ -1,14 +1,14 @@
 """Write the measured-best int8 sm_90 tile entries into a patched ops/qsa.py.
 
-Reads the sweep of `qsa_kv_layouts.py --sweep` and, for every bucket of
-`_SM90_INT8_TABLE` that a swept case falls in, picks the (block_n,
-target_splits, num_warps) with the least summed slowdown over that bucket's
-cases (each against its own fastest candidate). Where swept cases of one
-bucket have different base_programs and different bests, the bucket is first
-split at the largest power of two below the larger one, so each measured
-shape gets its own best. Only num_stages 2 is shippable (the launch fixes
-it); the best of any stage count is reported beside it. Buckets no swept
-case falls in are left as they are.
+Reads a sweep (`qsa_grid.py --sweep`, or the older `qsa_kv_layouts.py --sweep`)
+and, for every bucket of `_SM90_INT8_TABLE` that a swept case falls in, picks
+the (block_n, target_splits, num_warps) with the least summed slowdown over
+that bucket's cases (each against its own fastest candidate). Cases are first
+grouped by base_programs (the table's only key): where two neighbouring groups
+of one bucket have different bests, the bucket is split at the roundest number
+between them, so each measured base_programs gets its own best. Only
+num_stages 2 is shippable (the launch fixes it); the best of any stage count is
+reported beside it. Buckets no swept case falls in are left as they are.
 
     python benchmarks/qsa_int8_table.py --sweep SWEEP.json --qsa PATCHED/.../ops/qsa.py --out OUTDIR
 """
@@ -41,19 +41,33 @@ def shippable(case: dict) -> dict[tuple[int, int, int], float]:
     return {(r["block_n"], r["target_splits"], r["num_warps"]): r["ms"] for r in case["candidates"] if r["num_stages"] == SHIPPED_STAGES}
 
 
+def best_of(cases: list[dict]) -> tuple[int, int, int]:
+    """The shippable candidate with the least summed slowdown over ``cases``."""
+    per_case = [shippable(c) for c in cases]
+    common = set.intersection(*(set(c) for c in per_case))
+    return min(common, key=lambda cfg: (sum(c[cfg] / min(c.values()) for c in per_case), cfg))
+
+
+def round_limit(lo: int, hi: int) -> int:
+    """The roundest integer in [lo, hi): most trailing zero bits, then largest."""
+    step = 1 << (hi - 1).bit_length()
+    while (hi - 1) // step * step < lo:
+        step >>= 1
+    return (hi - 1) // step * step
+
+
 def split_buckets(sweep: dict, table) -> list:
     """Table with a new bucket limit between swept base_programs whose bests differ."""
     table = list(table)
-    cases = sorted(sweep["cases"].values(), key=lambda c: c["base_programs"])
-    for lower, upper in zip(cases, cases[1:], strict=False):
-        lo, hi = lower["base_programs"], upper["base_programs"]
-        best = [min(shippable(c).items(), key=lambda kv: kv[1])[0] for c in (lower, upper)]
-        if lo == hi or bucket_of(table, lo) != bucket_of(table, hi) or best[0] == best[1]:
+    groups: dict[int, list[dict]] = {}
+    for case in sweep["cases"].values():
+        groups.setdefault(case["base_programs"], []).append(case)
+    ordered = sorted(groups)
+    for lo, hi in zip(ordered, ordered[1:], strict=False):
+        if bucket_of(table, lo) != bucket_of(table, hi) or best_of(groups[lo]) == best_of(groups[hi]):
             continue
-        limit = 1 << ((hi - 1).bit_length() - 1)  # largest power of two below hi
-        if limit >= lo:
-            index = bucket_of(table, hi)
-            table.insert(index, (limit, table[index][1]))
+        index = bucket_of(table, hi)
+        table.insert(index, (round_limit(lo, hi), table[index][1]))
     return table
 
 
@@ -65,12 +79,8 @@ def pick(sweep: dict, table) -> tuple[list, dict]:
         by_bucket.setdefault(bucket_of(table, case["base_programs"]), []).append(name)
     new, report = list(table), {}
     for index, names in sorted(by_bucket.items()):
-        per_case = {}
-        for name in names:
-            per_case[name] = shippable(sweep["cases"][name])
-        common = set.intersection(*(set(c) for c in per_case.values()))
-        best = {name: min(c.values()) for name, c in per_case.items()}
-        choice = min(common, key=lambda cfg: (sum(per_case[n][cfg] / best[n] for n in names), cfg))
+        per_case = {name: shippable(sweep["cases"][name]) for name in names}
+        choice = best_of([sweep["cases"][name] for name in names])
         limit, old = table[index]
         new[index] = (limit, choice)
         report[str(limit)] = {

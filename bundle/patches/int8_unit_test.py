@@ -7,7 +7,9 @@ install needed; qsa_loader.py supplies the three vLLM helpers they import):
         python -m pytest -q bundle/patches/int8_unit_test.py
 
 QFN_QSA_UPSTREAM_TREE (optional) enables the bit-exact bf16/fp8 regression
-against upstream's kernel. Every test skips cleanly without a CUDA GPU.
+against upstream's kernel; QFN_QSA_SMOLLM2_KV (a capture_smollm2_kv.py file)
+the window test on real SmolLM2 attention. Every test skips cleanly without a
+CUDA GPU.
 """
 
 from __future__ import annotations
@@ -21,7 +23,16 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from qsa_cases import HEAD_DIM, make_cache, make_selection  # noqa: E402
+from qsa_cases import (  # noqa: E402
+    HEAD_DIM,
+    WINDOWS,
+    forced_int8_config,
+    int8_entries_and_one_split,
+    make_cache,
+    make_selection,
+    smollm2_window_inputs,
+    window_inputs,
+)
 from qsa_loader import OPS_RELPATH, load_file_as, load_ops_module, load_qsa_ops  # noqa: E402
 from qsa_reference import (  # noqa: E402
     qsa_sparse_attention_reference,
@@ -36,10 +47,17 @@ pytestmark = [
 
 PATCHED = os.environ.get("QFN_QSA_PATCHED_TREE")
 UPSTREAM = os.environ.get("QFN_QSA_UPSTREAM_TREE")
+SMOLLM2_KV = os.environ.get("QFN_QSA_SMOLLM2_KV")
 # Kernel-vs-reference tolerances (reference on the same dequantized K/V, so
-# only the kernel's bf16/fp16 arithmetic differs).
-MAX_REL_RMS = 1e-2
+# only the kernel's bf16/fp16 arithmetic differs). Every dtype measured
+# 2.3e-3 to 2.8e-3 on the H200 (mostly the bf16 rounding of the output); the
+# int8 kernel that carried its V decode bias across the window reached 9.5e-3
+# at width 2051.
+MAX_REL_RMS = 4e-3
 MAX_ABS = 3e-2
+# The int8 kernel's error against its own dequantized K/V may be at most this
+# times the bf16 kernel's against its K/V, at any window and table entry.
+MAX_INT8_OVER_BF16 = 1.5
 
 
 @pytest.fixture(scope="module")
@@ -163,6 +181,58 @@ def test_int8_every_sm90_table_tile_matches_reference(ops, layout, hq, nkv):
         idx, table, t2r = _punch_edge_cases(idx, table, t2r, page=64, num_blocks=num_blocks, width=2051, gen=gen)
         out = _run(ops, cache, q, gate, idx, table, t2r, prefill=False)
         _assert_matches_reference(out, cache, q, gate, idx, table, t2r, f"int8 {hq}/{nkv} tile {block_n}/{warps} rows={rows}")
+
+
+def _int8_within_bf16_at_every_table_entry(ops, layout, inputs, label):
+    """int8 rel RMS (own dequantized reference) <= MAX_INT8_OVER_BF16 x bf16's, for
+    every (block_n, warps, splits) any arch's int8 table can pick, plus one split
+    per tile shape (the whole window in one program)."""
+    q, k, v, idx, table, t2r, gate = inputs
+    bf16 = make_cache(ops, layout, "bf16", k, v)
+    bf16_out = _run(ops, bf16, q, gate, idx, table, t2r, prefill=False)
+    bf16_err = relative_rms_error(bf16_out, qsa_sparse_attention_reference(q, bf16.k_ref, bf16.v_ref, idx, table, t2r, gate))
+    int8 = make_cache(ops, layout, "int8", k, v)
+    ref = qsa_sparse_attention_reference(q, int8.k_ref, int8.v_ref, idx, table, t2r, gate)
+    entries = int8_entries_and_one_split(ops)
+    width = idx.shape[1] - 1
+    longest = int(idx[:, width].max())
+    failures = []
+    print(f"{label}: bf16 rel_rms={bf16_err:.2e}")
+    for (block_n, warps, splits), archs in sorted(entries.items()):
+        with forced_int8_config(ops, block_n, warps, splits):
+            out = _run(ops, int8, q, gate, idx, table, t2r, prefill=False)
+        err = relative_rms_error(out, ref)
+        tiles = -(-width // block_n)
+        per_split = min(longest, -(-tiles // min(splits, tiles)) * block_n)
+        ratio = err / bf16_err
+        print(f"{label}: int8 {block_n}/{warps}/{splits} ({', '.join(archs)}) tokens/split<={per_split}: rel_rms={err:.2e} = {ratio:.2f}x bf16")
+        if not ratio <= MAX_INT8_OVER_BF16:
+            failures.append(f"{block_n}/{warps}/{splits} at {per_split} tokens/split: {err:.2e} = {ratio:.2f}x bf16's {bf16_err:.2e}")
+    assert not failures, f"{label}: int8 error above {MAX_INT8_OVER_BF16}x bf16's:\n" + "\n".join(failures)
+
+
+# One xdist group per width: run with `-n N --dist loadgroup` and the tests of one
+# width share a worker, so each int8 kernel (a compile per width and entry) is built once.
+WINDOW_PARAMS = [pytest.param(w, marks=pytest.mark.xdist_group(f"window{w}"), id=f"w{w}") for w in WINDOWS]
+
+
+@pytest.mark.parametrize("width", WINDOW_PARAMS)
+@pytest.mark.parametrize("kind", ["flat", "peaked"])
+def test_int8_error_within_bf16_at_every_window_and_table_entry(ops, layout, kind, width):
+    """The int8 kernel decodes V to v + 1152; if the bias rides in the tensor
+    cores' fp32 accumulator across a split's tokens, their truncating adds lose
+    ~ulp(1152 * sum P) per step and the error grows with tokens per split (the
+    shipped kernel before this test: 9.5e-3 at 2051, 2.7e-2 at 4099)."""
+    _int8_within_bf16_at_every_table_entry(ops, layout, window_inputs(kind, width=width), f"{kind} w{width}")
+
+
+@pytest.mark.parametrize("width", WINDOW_PARAMS)
+def test_int8_error_within_bf16_on_real_smollm2_attention(ops, layout, width):
+    """The same bound on real (peaked) attention: SmolLM2-135M's K/V/Q over causal windows."""
+    if not SMOLLM2_KV:
+        pytest.skip("set QFN_QSA_SMOLLM2_KV to a benchmarks/capture_smollm2_kv.py file")
+    data = torch.load(SMOLLM2_KV)
+    _int8_within_bf16_at_every_table_entry(ops, layout, smollm2_window_inputs(data, width=width), f"smollm2 w{width}")
 
 
 @pytest.mark.parametrize("rows", [24, 2100], ids=["splitk", "nosplit"])

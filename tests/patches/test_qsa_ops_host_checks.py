@@ -36,3 +36,37 @@ def test_int8_cache_with_head_dim_below_64_is_refused_with_the_reason(ops):
 def test_int8_scale_tensors_of_the_wrong_shape_are_refused(ops):
     with pytest.raises(ValueError, match=r"fp32 k_scale_cache and v_scale_cache shaped \(8, 16, 2\)"):
         _call(ops, head_dim=256, scale_heads=1)
+
+
+def test_int8_table_entries_cover_every_arch_table_and_restore_the_dispatch(ops, bundle_helpers):
+    from qsa_cases import int8_entries_and_one_split, int8_table_entries
+
+    saved = ops._is_sm90, ops._is_sm120
+    entries = int8_table_entries(ops)
+    assert (ops._is_sm90, ops._is_sm120) == saved
+    sm90 = {(bn, warps, splits) for _, (bn, splits, warps) in ops._SM90_INT8_TABLE}
+    assert sm90 == {e for e, archs in entries.items() if "sm_90" in archs}
+    # sm_120's int8 branch and the default table (sm_80, sm_121) are in too.
+    assert {(32, 1, 2), (32, 4, 4), (64, 8, 64)} <= {e for e, archs in entries.items() if "sm_120" in archs}
+    assert {(32, 4, 64), (64, 2, 1)} <= {e for e, archs in entries.items() if "sm_80/sm_121" in archs}
+    with_one = int8_entries_and_one_split(ops)
+    for block_n, warps, _ in entries:
+        assert "one split" in with_one[(block_n, warps, 1)]
+    assert all(archs.count("one split") <= 1 for archs in with_one.values())
+
+
+def test_forced_int8_config_forces_then_restores(ops, bundle_helpers):
+    from qsa_cases import forced_int8_config
+
+    select = ops._select_config
+    with forced_int8_config(ops, 64, 2, 8):
+        assert ops._select_config(4096, 2, True, 2051, False, True) == (64, 2, 33, 8)
+        assert ops._select_config(4096, 2, True, 200, False, True) == (64, 2, 4, 4)  # never more splits than tiles
+    assert ops._select_config is select
+
+
+def test_causal_windows(bundle_helpers):
+    from qsa_cases import causal_windows
+
+    out = causal_windows(torch.tensor([0, 3, 10]), 4)
+    assert out.tolist() == [[0, -1, -1, -1, 1], [0, 1, 2, 3, 4], [7, 8, 9, 10, 4]]

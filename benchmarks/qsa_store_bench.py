@@ -1,0 +1,143 @@
+"""Quantize-on-write (qsa_store_int8_kv) at the sizes the engine writes, against copies of the same bytes.
+
+Sizes: decode steps of 1x5, 8x5, 64x5 and 256x5 tokens (MTP k=4) and prefill chunks of
+512, 2048, 8192 and 65536 tokens; 2 kv heads (TP1) and 1 (TP2). Slot patterns:
+  scattered: every token to a random slot of the pool;
+  paged:     runs of consecutive slots from random pages, as vLLM's slot_mapping lays a
+             request out (5 tokens per request in decode, whole pages in prefill).
+Each write moves bf16 K and V in, int8 K and V rows and two fp32 scales out, and reads
+the slots. The copy it is held against is a device-to-device copy of the same number
+of bytes (half read, half written), timed the same way, so a small write's launch and
+tail latency count on both sides; the large-copy rate is reported too.
+
+Timings (medians, arms interleaved per rep): graph: a CUDA graph of GRAPH_LAUNCHES
+writes replayed, per write (vLLM's decode); single: a CUDA graph holding ONE write,
+replayed, events around it (one small write inside a graph, launch included); events:
+one eager launch with host work hidden behind a spin kernel.
+
+    python benchmarks/qsa_store_bench.py --engine PATCHED --out DIR
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bundle" / "patches"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from qsa_cases import HEAD_DIM, int8_kv_cache  # noqa: E402
+from qsa_grid import versions, write_json  # noqa: E402
+from qsa_kv_layouts import HOST_COVER_CYCLES, copy_bandwidth  # noqa: E402
+from qsa_loader import load_ops_module, load_qsa_ops  # noqa: E402
+
+PAGE = 64
+POOL_PAGES = 16384
+SIZES = (("decode 1x5", 5, 5), ("decode 8x5", 40, 5), ("decode 64x5", 320, 5), ("decode 256x5", 1280, 5),
+         ("prefill 512", 512, PAGE), ("prefill 2048", 2048, PAGE), ("prefill 8192", 8192, PAGE), ("prefill 65536", 65536, PAGE))  # fmt: skip
+GRAPH_LAUNCHES = 20
+TARGET_PCT = 80.0
+
+
+def slots_for(pattern: str, tokens: int, run: int, gen: torch.Generator) -> torch.Tensor:
+    if pattern == "scattered":
+        return torch.randperm(POOL_PAGES * PAGE, generator=gen)[:tokens].cuda()
+    runs = -(-tokens // run)
+    starts = torch.randperm(POOL_PAGES, generator=gen)[:runs] * PAGE
+    return (starts[:, None] + torch.arange(run)).flatten()[:tokens].cuda()
+
+
+def moved_bytes(tokens: int, heads: int) -> int:
+    return tokens * heads * (2 * HEAD_DIM * 2 + 2 * HEAD_DIM + 8) + tokens * 8
+
+
+def graph_of(fn, launches: int) -> torch.cuda.CUDAGraph:
+    fn()
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for _ in range(launches):
+            fn()
+    torch.cuda.synchronize()
+    return graph
+
+
+def time_pair(fns: dict, *, reps: int) -> dict:
+    graphs = {name: graph_of(fn, GRAPH_LAUNCHES) for name, fn in fns.items()}
+    singles = {name: graph_of(fn, 1) for name, fn in fns.items()}
+    samples = {name: {"graph": [], "single": [], "events": []} for name in fns}
+    for _ in range(reps):
+        for name, fn in fns.items():
+            for mode in ("graph", "single", "events"):
+                start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                if mode == "events":
+                    torch.cuda._sleep(HOST_COVER_CYCLES)
+                start.record()
+                if mode == "graph":
+                    graphs[name].replay()
+                elif mode == "single":
+                    singles[name].replay()
+                else:
+                    fn()
+                stop.record()
+                stop.synchronize()
+                ms = start.elapsed_time(stop)
+                samples[name][mode].append(ms / GRAPH_LAUNCHES if mode == "graph" else ms)
+    return {name: {mode: statistics.median(t) for mode, t in by.items()} for name, by in samples.items()}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--engine", type=Path, required=True)
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--reps", type=int, default=20)
+    args = parser.parse_args()
+
+    ops = load_qsa_ops(args.engine)
+    layout = load_ops_module("qsa_kv_layout")
+    copy_tbps = copy_bandwidth(10)
+    gen = torch.Generator().manual_seed(0)
+    rows = []
+    print(f"large copy {copy_tbps:.2f} TB/s; target: write >= {TARGET_PCT:.0f}% of a same-bytes copy's rate (graph timing)")
+    print(f"{'size':<15}{'heads':>6} {'slots':<10}{'write us':>9}{'copy us':>9}{'% copy':>8}{'TB/s':>7}{'% big copy':>11}{'1 in graph us':>14}{'copy 1 in graph':>16}")
+    for heads in (2, 1):
+        _, key_cache, value_cache, ks, vs = int8_kv_cache(layout, POOL_PAGES, PAGE, heads)
+        for label, tokens, run in SIZES:
+            key = torch.randn(tokens, heads, HEAD_DIM, generator=gen).to(torch.bfloat16).cuda()
+            value = torch.randn(tokens, heads, HEAD_DIM, generator=gen).to(torch.bfloat16).cuda()
+            half = moved_bytes(tokens, heads) // 2
+            src = torch.empty(half, dtype=torch.uint8, device="cuda").random_(0, 255)
+            dst = torch.empty_like(src)
+            for pattern in ("scattered", "paged"):
+                slots = slots_for(pattern, tokens, run, gen)
+                fns = {
+                    "write": lambda slots=slots, key=key, value=value: ops.qsa_store_int8_kv(key, value, key_cache, value_cache, ks, vs, slots),
+                    "copy": lambda src=src, dst=dst: dst.copy_(src),
+                }
+                t = time_pair(fns, reps=args.reps)
+                tbps = 2 * half / (t["write"]["graph"] * 1e-3) / 1e12
+                row = {
+                    "size": label, "tokens": tokens, "kv_heads": heads, "slots": pattern, "bytes_moved": 2 * half,
+                    "ms": t, "pct_of_same_bytes_copy": 100 * t["copy"]["graph"] / t["write"]["graph"],
+                    "tb_per_s": tbps, "pct_of_large_copy": 100 * tbps / copy_tbps,
+                }  # fmt: skip
+                row["target_met"] = row["pct_of_same_bytes_copy"] >= TARGET_PCT
+                rows.append(row)
+                print(
+                    f"{label:<15}{heads:>6} {pattern:<10}{t['write']['graph'] * 1e3:>9.2f}{t['copy']['graph'] * 1e3:>9.2f}"
+                    f"{row['pct_of_same_bytes_copy']:>8.1f}{tbps:>7.2f}{row['pct_of_large_copy']:>11.1f}"
+                    f"{t['write']['single'] * 1e3:>14.2f}{t['copy']['single'] * 1e3:>16.2f}",
+                    flush=True,
+                )
+        del key_cache, value_cache, ks, vs
+        torch.cuda.empty_cache()
+    write_json(args.out, "qsa-int8-store-h200.json", {"copy_tb_per_s": copy_tbps, "rows": rows, "versions": versions(), "timing": __doc__.split("\n\n")[2]})
+
+
+if __name__ == "__main__":
+    main()
