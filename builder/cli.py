@@ -8,6 +8,8 @@ from pathlib import Path
 
 import typer
 from rich.console import Console
+from rich.markup import escape
+from rich.text import Text
 
 from builder import bundle as bundle_step
 from builder import config
@@ -54,7 +56,7 @@ def render(
 ) -> None:
     """Render the launch script, launch/ENV.md and the model card of one target."""
     for path in render_step.render_to(target=target, out=out):
-        out_console.print(f"wrote {path}", highlight=False, soft_wrap=True)
+        out_console.print(f"wrote {path}", highlight=False, soft_wrap=True, markup=False)
 
 
 @app.command("bundle")
@@ -66,8 +68,8 @@ def bundle_cmd(
     result = bundle_step.build_bundle(target=target, out=out)
     m = result.manifest
     out_console.print(
-        f"[bold green]bundle[/] {result.path}: {len(result.files)} files, target {m.target}, "
-        f"{m.engine_profile}, kv {m.kv_cache_dtype}\n  check it: python -m builder verify {result.path}",
+        f"[bold green]bundle[/] {escape(str(result.path))}: {len(result.files)} files, target {m.target}, "
+        f"{m.engine_profile}, kv {m.kv_cache_dtype}\n  check it: python -m builder verify {escape(str(result.path))}",
         highlight=False,
         soft_wrap=True,
     )
@@ -85,13 +87,15 @@ def verify(
     if as_json:
         typer.echo(report.model_dump_json(indent=2))
     elif report.ok:
-        out_console.print(f"[bold green]ok[/] {directory}: {report.checked} files match CHECKSUMS.sha256", highlight=False, soft_wrap=True)
+        out_console.print(
+            f"[bold green]ok[/] {escape(str(directory))}: {report.checked} files match CHECKSUMS.sha256", highlight=False, soft_wrap=True
+        )
     else:
-        table = Table(title=f"{directory}: differs from CHECKSUMS.sha256")
+        table = Table(title=Text(f"{directory}: differs from CHECKSUMS.sha256"))
         table.add_column("problem", style="bold red")
         table.add_column("file")
         for kind, path in report.problems():
-            table.add_row(kind, path)
+            table.add_row(kind, Text(path))
         out_console.print(table)
     report.raise_for_problems()
 
@@ -100,7 +104,7 @@ def verify(
 def checksums() -> None:
     """Rewrite the repo's CHECKSUMS.sha256 over bundle/, evidence/, Dockerfile and docker/."""
     path = bundle_step.write_repo_checksums()
-    out_console.print(f"wrote {path} ({len(bundle_step.shipped_files())} files)", highlight=False, soft_wrap=True)
+    out_console.print(f"wrote {path} ({len(bundle_step.shipped_files())} files)", highlight=False, soft_wrap=True, markup=False)
 
 @app.command("publish")
 def publish_cmd(
@@ -209,7 +213,7 @@ def _print_series(report) -> None:
     colours = {"applies cleanly": "green", "already applied": "cyan", "fails": "red"}
     for r in report.results:
         status = f"[{colours[r.status.value]}]{r.status.value}[/]"
-        table.add_row(r.patch, r.path, status, "matches" if r.upstream_matches else "differs", r.detail)
+        table.add_row(Text(r.patch), Text(r.path), status, "matches" if r.upstream_matches else "differs", Text(r.detail))
     out_console.print(table)
 
 
@@ -218,8 +222,8 @@ def patches_fetch_engine() -> None:
     """Download vllm==0.33.0 (x86_64 wheel), verify its sha256, unpack its Python sources into the cache."""
     from builder.patches.engine import fetch_engine
 
-    tree = fetch_engine(log=out_console.print)
-    out_console.print(f"engine sources: {tree.src_dir} (wheel sha256 {tree.wheel_sha256} verified)")
+    tree = fetch_engine(log=lambda line: out_console.print(line, markup=False, highlight=False))
+    out_console.print(f"engine sources: {tree.src_dir} (wheel sha256 {tree.wheel_sha256} verified)", markup=False)
 
 
 @patches_app.command("check")
@@ -251,9 +255,9 @@ def patches_refresh(
 
     report = refresh_series(edited=edited, add=add)
     for path in report.written:
-        out_console.print(f"rewrote {path}")
+        out_console.print(f"rewrote {path}", markup=False, highlight=False)
     for path in report.unchanged:
-        out_console.print(f"unchanged {path}")
+        out_console.print(f"unchanged {path}", markup=False, highlight=False)
 
 
 @patches_app.command("aot")
@@ -341,9 +345,10 @@ def main() -> None:
     try:
         app()
     except BuilderError as exc:
-        err_console.print(f"[bold red]error:[/] {exc.message}", highlight=False)
+        # Messages quote user input (paths, names, server answers): printed as text, never as markup.
+        err_console.print(Text.assemble(("error:", "bold red"), " ", exc.message), highlight=False, soft_wrap=True)
         if exc.hint:
-            err_console.print(f"  [bold]fix:[/] {exc.hint}", highlight=False)
+            err_console.print(Text.assemble("  ", ("fix:", "bold"), " ", exc.hint), highlight=False, soft_wrap=True)
         sys.exit(exc.exit_code)
 
 

@@ -8,6 +8,7 @@ import os
 import shutil
 import socket
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -45,6 +46,21 @@ def pinned(target_data):
         return parse_config(data, source=f"{name} (pinned for tests)")
 
     return load
+
+
+@pytest.fixture
+def run_cli(monkeypatch, capsys):
+    """Run `builder ARGS` in-process through cli.main (the real error -> exit code mapping)."""
+    from builder import cli
+
+    def run(*args: str) -> tuple[int, str, str]:
+        monkeypatch.setattr(sys, "argv", ["builder", *args])
+        with pytest.raises(SystemExit) as exc:
+            cli.main()
+        out = capsys.readouterr()
+        return exc.value.code or 0, out.out, out.err
+
+    return run
 
 
 @pytest.fixture(scope="session")
@@ -109,3 +125,4 @@ def cpu_smoke_url(cpu_smoke_image, cpu_smoke_target):
         yield served.url
     finally:
         stop(target=cfg.target.name, name=name)
+

@@ -105,7 +105,7 @@ def _convert(*, gguf: Path, out: Path) -> None:
             f"model conversion needs torch, transformers and gguf ({exc})",
             hint="pip install -e '.[models]'",
         ) from exc
-    _console.print(f"models: converting {gguf.name} to safetensors")
+    _console.print(f"models: converting {gguf.name} to safetensors", markup=False)
     src_dir, name = str(gguf.parent), gguf.name
     tokenizer = AutoTokenizer.from_pretrained(src_dir, gguf_file=name)
     loaded = AutoModelForCausalLM.from_pretrained(src_dir, gguf_file=name, dtype=torch.float32)

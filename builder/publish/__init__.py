@@ -9,6 +9,7 @@ from typing import Any
 
 from huggingface_hub import HfApi
 from rich.console import Console
+from rich.markup import escape
 
 from builder import constants
 from builder.bundle.assemble import BUNDLE_EVIDENCE
@@ -54,5 +55,5 @@ def publish(
             max_s=constants.PUBLISH_RETRY_MAX_S,
         )
         info = upload(hub, plan=plan, source_dir=source_dir)
-    console.print(f"[bold green]published:[/] {info.commit_url} (tag {plan.tag})", highlight=False)
+    console.print(f"[bold green]published:[/] {escape(str(info.commit_url))} (tag {escape(plan.tag)})", highlight=False)
     return plan

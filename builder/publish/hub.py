@@ -12,6 +12,7 @@ import httpx2
 from huggingface_hub import CommitOperationAdd, CommitOperationDelete, get_token
 from huggingface_hub.errors import HfHubHTTPError, OfflineModeIsEnabled, RepositoryNotFoundError
 from rich.console import Console
+from rich.markup import escape
 from tenacity import RetryCallState, Retrying, retry_if_exception, stop_after_attempt, wait_exponential
 
 from builder import constants
@@ -78,7 +79,7 @@ class Hub:
 
     def call(self, what: str, method: str, *args: Any, **kwargs: Any) -> Any:
         self._what = what
-        self._console.print(f"[bold]hub:[/] {what}")
+        self._console.print(f"[bold]hub:[/] {escape(what)}")
         try:
             return self._retrying(getattr(self._api, method), *args, **kwargs)
         except Exception as exc:
@@ -91,7 +92,7 @@ class Hub:
         exc = state.outcome.exception() if state.outcome else None
         wait = state.next_action.sleep if state.next_action else 0.0
         self._console.print(
-            f"[yellow]hub:[/] {self._what}: {_short(exc)}; retry {state.attempt_number + 1}/{self._attempts} in {wait:.1f}s",
+            f"[yellow]hub:[/] {escape(self._what)}: {_short(exc)}; retry {state.attempt_number + 1}/{self._attempts} in {wait:.1f}s",
             highlight=False,
         )
 

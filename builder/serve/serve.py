@@ -67,7 +67,7 @@ def serve(
         try:
             with interrupts.held():
                 container = start_container(client=client, spec=spec)
-            console.print(f"serve: started {spec.name} from {spec.image}; waiting for {url}", soft_wrap=True)
+            console.print(f"serve: started {spec.name} from {spec.image}; waiting for {url}", soft_wrap=True, markup=False)
             ready = wait_ready(
                 url=url,
                 served_name=cfg.model.served_name,
