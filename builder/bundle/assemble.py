@@ -10,7 +10,7 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn
 
 from builder.atomic import replace_dir
-from builder.bundle.checksums import list_files, manifest_text, tree_digest
+from builder.checksums import list_files, manifest_text, tree_digest
 from builder.bundle.manifest import BundleManifest, is_bundle, make_manifest
 from builder.config import launch_plan, load_target
 from builder.constants import (

@@ -1,7 +1,8 @@
-"""sha256 manifests in `sha256sum` format: one writer and one parser for bundles and the repo.
+"""sha256 manifests in `sha256sum` format: one writer, one parser and one folder check for
+bundles, render outputs and the repo.
 
-Format: `<64 lowercase hex>  <relative posix path>\\n`, sorted by path, so that
-`sha256sum -c --strict CHECKSUMS.sha256` run in the manifest's folder checks it.
+Format: `<64 lowercase hex>  <relative posix path>\\n`, sorted by path, LF line endings, so that
+`sha256sum -c --strict CHECKSUMS.sha256` run in the manifest's folder checks the listed files.
 """
 
 from __future__ import annotations
@@ -11,9 +12,9 @@ import os
 import re
 from pathlib import Path, PurePosixPath
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
-from builder.constants import EXCLUDED_NAMES, EXCLUDED_SUFFIXES
+from builder.constants import CHECKSUMS_NAME, EXCLUDED_NAMES, EXCLUDED_SUFFIXES
 from builder.errors import BuilderError, BundleError, MalformedManifest, UnsafeManifest
 from builder.hashing import sha256_file
 
@@ -59,6 +60,15 @@ def list_files(
     return sorted(out)
 
 
+def empty_dirs(root: Path) -> list[str]:
+    """Folders under `root` with nothing in them, as 'path/': no manifest can list them, so verify names them."""
+    out = []
+    for dirpath, dirnames, filenames in os.walk(root):
+        if not dirnames and not filenames and Path(dirpath) != Path(root):
+            out.append(Path(dirpath).relative_to(root).as_posix() + "/")
+    return sorted(out)
+
+
 def manifest_text(root: Path, rels: list[str]) -> str:
     lines = []
     for rel in sorted(rels):
@@ -84,6 +94,15 @@ def check_safe_path(rel: str, *, source: str) -> None:
         raise UnsafeManifest(f"{source}: path {rel!r} climbs out with '..'", hint="manifests list paths inside their folder")
 
 
+def read_manifest_file(path: Path) -> list[ChecksumEntry]:
+    """Entries of a manifest file, read as bytes: a CRLF line must reach the parser to be refused."""
+    try:
+        text = path.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise MalformedManifest(f"{path}: not UTF-8 text", hint="rebuild the bundle") from exc
+    return parse_manifest(text, source=str(path))
+
+
 def parse_manifest(text: str, *, source: str) -> list[ChecksumEntry]:
     """Entries of a manifest; a bad line is MalformedManifest, an absolute or '..' path UnsafeManifest."""
     entries: dict[str, ChecksumEntry] = {}
@@ -99,9 +118,55 @@ def parse_manifest(text: str, *, source: str) -> list[ChecksumEntry]:
             )
         rel = m["path"]
         if "\r" in rel:
-            raise MalformedManifest(f"{source}:{n}: CRLF line ending", hint="manifests use LF line endings only")
+            raise MalformedManifest(
+                f"{source}:{n}: CRLF line ending (the builder writes LF only, so the bundle was converted on the way, "
+                "e.g. by git core.autocrlf)",
+                hint="use the bundle as built (or re-download it without line-ending conversion), or rebuild it",
+            )
         check_safe_path(rel, source=f"{source}:{n}")
         if rel in entries:
             raise MalformedManifest(f"{source}:{n}: {rel} is listed twice", hint="rebuild the bundle")
         entries[rel] = ChecksumEntry(sha256=m["sha"], path=rel)
     return list(entries.values())
+
+
+class FolderCheck(BaseModel):
+    """A folder compared with its CHECKSUMS.sha256."""
+
+    model_config = ConfigDict(frozen=True)
+    root: Path
+    listed: list[str] = Field(description="Paths the manifest lists.")
+    modified: list[str] = Field(default_factory=list)
+    missing: list[str] = Field(default_factory=list)
+    unexpected: list[str] = Field(
+        default_factory=list, description="Files present but not listed, and empty folders (named 'path/')."
+    )
+
+
+def check_folder(root: Path) -> FolderCheck:
+    """Compare `root` with its CHECKSUMS.sha256; MalformedManifest / UnsafeManifest when the manifest cannot be trusted."""
+    manifest_file = root / CHECKSUMS_NAME
+    if manifest_file.is_symlink():
+        raise UnsafeManifest(f"{manifest_file} is a symlink", hint="rebuild the bundle")
+    if not manifest_file.is_file():
+        raise MalformedManifest(
+            f"{root} has no {CHECKSUMS_NAME}; it is not a bundle", hint="pass a folder written by `builder bundle`"
+        )
+    entries = read_manifest_file(manifest_file)
+    # Walks every file, caches included: anything not listed is unexpected; any symlink is unsafe.
+    # Nothing is opened before that walk, so a FIFO is refused rather than read.
+    present = set(list_files(root, exclude_caches=False, symlink_error=UnsafeManifest)) - {CHECKSUMS_NAME}
+    modified, missing = [], []
+    for e in entries:
+        if e.path not in present:
+            missing.append(e.path)
+        elif sha256_file(root / e.path) != e.sha256:
+            modified.append(e.path)
+    listed = [e.path for e in entries]
+    return FolderCheck(
+        root=root,
+        listed=listed,
+        modified=sorted(modified),
+        missing=sorted(missing),
+        unexpected=sorted(present - set(listed)) + empty_dirs(root),
+    )
