@@ -10,17 +10,20 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+from collections.abc import Callable
 from pathlib import Path, PurePosixPath
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from builder.constants import CHECKSUMS_NAME, EXCLUDED_NAMES, EXCLUDED_SUFFIXES
-from builder.errors import BuilderError, BundleError, MalformedManifest, UnsafeManifest
+from builder.errors import BuilderError, BundleError, MalformedManifest, UnsafeManifest, VerifyError
 from builder.hashing import sha256_file
 
 _LINE = re.compile(r"^(?P<sha>[0-9a-f]{64}) [ *](?P<path>.+)$")
 #: sha256sum escapes names holding these; we never write such names, so a manifest never needs escapes.
 _UNWRITABLE = ("\n", "\r", "\\")
+#: How many file names a refusal lists.
+_SHOWN = 10
 
 
 class ChecksumEntry(BaseModel):
@@ -170,3 +173,39 @@ def check_folder(root: Path) -> FolderCheck:
         missing=sorted(missing),
         unexpected=sorted(present - set(listed)) + empty_dirs(root),
     )
+
+
+def replace_refusal(root: Path, *, accept: Callable[[FolderCheck], str | None]) -> str | None:
+    """Why the non-empty folder `root` is not an output this builder wrote, or None when it is.
+
+    It is ours when it matches its CHECKSUMS.sha256 with nothing added and nothing changed (a
+    listed file that is missing loses nothing), and `accept` (the kind of output expected, e.g. a
+    bundle) finds no fault with it.
+    """
+    try:
+        check = check_folder(root)
+    except VerifyError as exc:
+        return f"is not an output of this builder ({exc.message}); it holds {folder_sample(root)}"
+    if check.unexpected:
+        return f"holds files its {CHECKSUMS_NAME} does not list: {name_files(check.unexpected)}"
+    if check.modified:
+        return f"holds files changed since it was written: {name_files(check.modified)}"
+    return accept(check)
+
+
+def folder_sample(root: Path) -> str:
+    """Some of the files (and empty folders) under `root`, for a refusal that names what is there."""
+    names: list[str] = []
+    for dirpath, dirnames, filenames in os.walk(root):
+        here = Path(dirpath)
+        if here != root and not dirnames and not filenames:
+            names.append(here.relative_to(root).as_posix() + "/")
+        names += [(here / n).relative_to(root).as_posix() for n in filenames]
+        if len(names) > _SHOWN:
+            break
+    return name_files(sorted(names))
+
+
+def name_files(paths: list[str]) -> str:
+    more = f" (+{len(paths) - _SHOWN} more)" if len(paths) > _SHOWN else ""
+    return ", ".join(paths[:_SHOWN]) + more

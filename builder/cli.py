@@ -52,7 +52,7 @@ def schema(
 @app.command()
 def render(
     target: str = typer.Option(DEFAULT_TARGET, "--target", "-t", help="Target name (targets/<name>.toml) or a .toml path."),
-    out: Path = typer.Option(..., "--out", "-o", help="Folder to write launch/ and README.md into (replaced atomically)."),
+    out: Path = typer.Option(..., "--out", "-o", help="Folder to write launch/, README.md and CHECKSUMS.sha256 into; written atomically, only ever replacing an earlier render."),
 ) -> None:
     """Render the launch script, launch/ENV.md and the model card of one target."""
     for path in render_step.render_to(target=target, out=out):

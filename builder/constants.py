@@ -51,6 +51,8 @@ EXCLUDED_NAMES = ("__pycache__", ".pytest_cache", ".mypy_cache", ".ruff_cache", 
 EXCLUDED_SUFFIXES = (".pyc", ".pyo", ".tmp", ".swp")
 #: What the repo-level CHECKSUMS.sha256 covers (paths that do not exist yet are skipped).
 SHIPPED_SOURCES = ("bundle", "evidence", "Dockerfile", "docker")
+#: Folders of the checkout that `render --out` / `bundle --out` may never write into (the sources).
+SOURCE_TREES = (REPO_ROOT / "builder", REPO_ROOT / "targets", REPO_ROOT / ".git", *(REPO_ROOT / s for s in SHIPPED_SOURCES))
 #: Reproducible bundle timestamps (https://reproducible-builds.org/specs/source-date-epoch/).
 ENV_SOURCE_DATE_EPOCH = "SOURCE_DATE_EPOCH"
 #: Knobs the rendered launch script reads from its caller (besides the plan's required inputs).

@@ -126,3 +126,30 @@ def cpu_smoke_url(cpu_smoke_image, cpu_smoke_target):
     finally:
         stop(target=cfg.target.name, name=name)
 
+
+class Tmpfs:
+    """A real tmpfs mounted for one test: fill it up or make it read-only (root ignores chmod)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def remount(self, options: str) -> None:
+        subprocess.run(["mount", "-o", f"remount,{options}", str(self.path)], check=True, capture_output=True)
+
+    def used_bytes(self) -> int:
+        st = os.statvfs(self.path)
+        return (st.f_blocks - st.f_bfree) * st.f_frsize
+
+
+@pytest.fixture
+def tmpfs(tmp_path):
+    """A 4 MiB tmpfs; the test may shrink it (remount size=) or make it read-only (remount ro)."""
+    mnt = tmp_path / "tmpfs"
+    mnt.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(mnt)], capture_output=True, text=True)
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here (needs root, as `make test` runs): {mounted.stderr.strip()}")
+    try:
+        yield Tmpfs(mnt)
+    finally:
+        subprocess.run(["umount", "-l", str(mnt)], check=True)

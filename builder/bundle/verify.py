@@ -19,10 +19,10 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from builder.checksums import FolderCheck, check_folder
+from builder.checksums import FolderCheck, check_folder, replace_refusal
 from builder.bundle.manifest import BundleManifest, read_manifest
-from builder.constants import BUNDLE_MANIFEST_NAME
-from builder.errors import ChecksumMismatch
+from builder.constants import BUNDLE_MANIFEST_NAME, CHECKSUMS_NAME
+from builder.errors import ChecksumMismatch, MalformedManifest
 
 
 class VerifyReport(BaseModel):
@@ -78,4 +78,21 @@ def _bundle_manifest(check: FolderCheck) -> BundleManifest | None:
     name = BUNDLE_MANIFEST_NAME
     if name in check.listed and name not in check.missing and name not in check.modified:
         return read_manifest(check.root)
+    return None
+
+
+def bundle_refusal(root: Path) -> str | None:
+    """Why `root` may not be replaced by a new bundle (None: an intact earlier bundle, nothing added)."""
+    return replace_refusal(root, accept=_is_bundle)
+
+
+def _is_bundle(check: FolderCheck) -> str | None:
+    if BUNDLE_MANIFEST_NAME not in check.listed:
+        return f"is not a bundle: its {CHECKSUMS_NAME} does not list {BUNDLE_MANIFEST_NAME}"
+    if BUNDLE_MANIFEST_NAME in check.missing:
+        return f"is not a bundle: its {BUNDLE_MANIFEST_NAME} is missing"
+    try:
+        _bundle_manifest(check)
+    except MalformedManifest as exc:
+        return f"is not a bundle ({exc.message})"
     return None
