@@ -151,18 +151,24 @@ def serve(
     bind: str = typer.Option("127.0.0.1", "--bind", help="Host address the port is published on."),
     port: int | None = typer.Option(None, "--port", help="Host port (default: the target's server.port)."),
     timeout: float = typer.Option(45 * 60, "--timeout", help="Seconds to wait for ready before giving up."),
-    name: str | None = typer.Option(None, "--name", help="Container name (default qfn-int8kv-<target>)."),
+    name: str | None = typer.Option(None, "--name", help="Container name (default qfn-int8kv-<target>); with --stop, the one to stop."),
     memory: str | None = typer.Option(
         None, "--memory", help="Cap the container's memory (e.g. 100g): an OOM kill instead of a host lock-up."
     ),
-    stop: bool = typer.Option(False, "--stop", help="Stop and remove the target's running server instead."),
+    stop: bool = typer.Option(
+        False, "--stop", help="Stop and remove the server started under --name (default qfn-int8kv-<target>) instead."
+    ),
 ) -> None:
     """Run the target's image and wait until /health and /v1/models say it serves."""
     from builder import serve as serving
 
     cfg = config.load_target(target)
     if stop:
-        for removed in serving.stop(target=cfg.target.name, name=name):
+        removed = serving.stop(target=cfg.target.name, name=name)
+        if removed is None:
+            wanted = serving.container_name(target=cfg.target.name, name=name)
+            err_console.print(f"serve: nothing to stop, no container named {wanted}", markup=False, highlight=False)
+        else:
             typer.echo(f"removed {removed}")
         return
     try:
