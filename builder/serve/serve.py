@@ -19,7 +19,7 @@ from builder.image.daemon import docker_client
 from builder.image.recipe import image_tag
 from builder.models import prepare_smollm2
 from builder.serve.container import check_alive, container_name, remove_container, run_spec, start_container
-from builder.serve.wait import Ready, wait_ready
+from builder.serve.wait import Ready, check_timeout, wait_ready
 
 
 class Served(BaseModel):
@@ -48,6 +48,7 @@ def serve(
     Any failure while starting (and Ctrl-C) stops and removes the container.
     """
     console = console or Console(stderr=True)
+    timeout_s = check_timeout(timeout_s)  # before a container is started for nothing
     require_pinned_base(cfg)  # an image from an unpinned base is not one we serve
     spec = run_spec(
         cfg=cfg,
@@ -61,7 +62,8 @@ def serve(
     )
     client = docker_client()
     host, port = spec.ports[f"{cfg.server.port}/tcp"]
-    url = f"http://{'127.0.0.1' if host in ('0.0.0.0', '') else host}:{port}"
+    host = {"0.0.0.0": "127.0.0.1", "": "127.0.0.1", "::": "::1"}.get(host, host)
+    url = f"http://{f'[{host}]' if ':' in host else host}:{port}"
     container = None
     with _Interrupts() as interrupts:
         try:
