@@ -70,6 +70,9 @@ CARD_FAILED_GATES_TAG = "unverified-quality-gates"
 PUBLISH_RETRY_ATTEMPTS = 5
 PUBLISH_RETRY_INITIAL_S = 2.0
 PUBLISH_RETRY_MAX_S = 30.0
+#: Timeouts of every Hub request (huggingface_hub sets none): connecting, and each read or write.
+PUBLISH_CONNECT_TIMEOUT_S = 10.0
+PUBLISH_READ_TIMEOUT_S = 60.0
 #: Standard token places (read through huggingface_hub.get_token, never printed or stored).
 ENV_HF_HUB_OFFLINE = "HF_HUB_OFFLINE"
 
