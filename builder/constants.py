@@ -58,6 +58,17 @@ ENV_SOURCE_DATE_EPOCH = "SOURCE_DATE_EPOCH"
 #: Knobs the rendered launch script reads from its caller (besides the plan's required inputs).
 ENV_DRY_RUN = "DRY_RUN"
 ENV_LAUNCH_PYTHON = "PYTHON"
+#: Environment names server.extra_env may not set: what the launch script reads (its knobs, its
+#: input, and what bash itself reads while the script runs), every name launch_plan() sets from
+#: other config fields, and what `serve` passes into the container. tests/config checks that
+#: every name the plan emits and the script reads is listed here.
+LAUNCH_RESERVED_ENV = frozenset({
+    ENV_DRY_RUN, ENV_LAUNCH_PYTHON, "MODEL_DIR",
+    "PATH", "IFS", "BASH_ENV", "ENV", "SHELLOPTS", "BASHOPTS",
+    "HF_HUB_OFFLINE", "VLLM_ALLOW_LONG_MAX_MODEL_LEN", "VLLM_PLE_CPU_OFFLOAD", "VLLM_PLE_MMAP_TABLE",
+    "VLLM_PLE_OFFLOAD_READY_TIMEOUT", "VLLM_ENGINE_READY_TIMEOUT_S", "VLLM_USE_DEEP_GEMM", "CUTE_DSL_ARCH",
+    "MAX_JOBS", "QFN_PORT", "QFN_PLE_DIR",
+})
 #: Target used when a command is given none (`make bundle` too).
 DEFAULT_TARGET = "gb10"
 
