@@ -6,13 +6,13 @@ import hashlib
 import subprocess
 
 import pytest
+from rich.console import Console
 
-from builder.bundle import build_bundle, read_manifest, verify_bundle
-from builder.bundle import assemble
+from builder.atomic import STAGE_MARK
+from builder.bundle import assemble, build_bundle, read_manifest, verify_bundle
 from builder.config import config_digest, load_target
 from builder.constants import REPO_ROOT
-from builder.atomic import STAGE_MARK
-from builder.errors import BundleError
+from builder.errors import BundleError, MeasureError, RenderError
 
 EXPECTED = [
     "CHECKSUMS.sha256",
@@ -250,3 +250,19 @@ def test_path_component_that_is_a_file_is_a_clear_error(tmp_path, run_cli, rel):
     assert code == 4, text
     assert "is a file, not a folder" in " ".join(text.split())
     assert (tmp_path / "thesis.tex").read_text() == "precious"
+
+
+@pytest.mark.parametrize(
+    ("name", "data"),
+    [("golden_probes.json", '{"gate": "golden_probes", "summary": "Gr\u00fc\u00dfe"}'.encode("latin-1")),
+     ("battery.json", b"[" * 20000 + b"]" * 20000),
+     ("bench-decode.json", b"\xff\xfe{"),
+     ("bench-prefill.json", b"[" * 20000 + b"]" * 20000)],
+    ids=["gate-latin1", "gate-deep", "bench-not-utf8", "bench-deep"],
+)
+def test_unreadable_evidence_is_a_clear_error_not_a_traceback(tmp_path, sources, name, data):
+    """Evidence files are inputs like target files: bad bytes or absurd nesting name the file."""
+    (sources.evidence_root / "gb10" / name).write_bytes(data)
+    with pytest.raises((MeasureError, RenderError), match=f"gb10/{name}: not valid JSON"):
+        build_bundle(target="gb10", out=tmp_path / "out", sources=sources, console=Console(quiet=True))
+    assert not (tmp_path / "out").exists()
