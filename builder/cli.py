@@ -213,7 +213,7 @@ app.add_typer(patches_app, name="patches")
 def _print_series(report) -> None:
     from rich.table import Table
 
-    table = Table(title=f"patch series against {report.target}")
+    table = Table(title=Text(f"patch series against {report.target}"))
     for column in ("patch", "file", "status", "upstream sha256", "detail"):
         table.add_column(column, overflow="fold")
     colours = {"applies cleanly": "green", "already applied": "cyan", "fails": "red"}
@@ -278,7 +278,7 @@ def patches_aot(
     from rich.table import Table
 
     report = compile_qsa_kernels(engine_root=engine, arch=arch, json_out=json_out)
-    table = Table(title=f"QSA split-K kernel on {arch} (Triton {report.triton_version}, max shared {report.max_shared_bytes} B)")
+    table = Table(title=Text(f"QSA split-K kernel on {arch} (Triton {report.triton_version}, max shared {report.max_shared_bytes} B)"))
     for column in ("cache", "GQA", "BLOCK_N", "warps", "splits", "shared B", "regs", "local B"):
         table.add_column(column, justify="right")
     for c in report.configs:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from rich.console import Console
+
 from builder.atomic import replace_dir
 from builder.checksums import FolderCheck, manifest_text, replace_refusal
 from builder.config import launch_plan, load_target
@@ -27,8 +29,9 @@ def write_text_files(root: Path, files: dict[str, str]) -> None:
             path.chmod(0o755)
 
 
-def render_to(*, target: str, out: Path, evidence_root: Path = EVIDENCE_DIR) -> list[Path]:
+def render_to(*, target: str, out: Path, evidence_root: Path = EVIDENCE_DIR, console: Console | None = None) -> list[Path]:
     """Render launch/ and README.md for `target` into `out`; returns the written paths."""
+    console = console or Console(stderr=True)
     cfg = load_target(target)
     plan = launch_plan(cfg)
     env = make_environment()
@@ -38,7 +41,12 @@ def render_to(*, target: str, out: Path, evidence_root: Path = EVIDENCE_DIR) -> 
     )
     files[CARD_NAME] = render_card(ctx, env=env)
     with replace_dir(
-        out, replaceable=render_refusal, what="render output", error=RenderError, refuse_inside=SOURCE_TREES
+        out,
+        replaceable=render_refusal,
+        what="render output",
+        error=RenderError,
+        refuse_inside=SOURCE_TREES,
+        notify=lambda line: console.print(f"render: {line}", markup=False, highlight=False, soft_wrap=True),
     ) as stage:
         write_text_files(stage, files)
         # The manifest is what proves a later render may replace this folder.

@@ -80,3 +80,10 @@ def test_out_inside_the_sources_is_refused(rel):
     with pytest.raises(RenderError, match="refusing to write there"):
         render_to(target="gb10", out=out)
     assert out.exists() == existed
+
+
+def test_a_path_component_that_is_a_file_is_a_clear_error(tmp_path, run_cli):
+    (tmp_path / "notes.txt").write_text("mine")
+    code, _, err = run_cli("render", "--target", "gb10", "--out", str(tmp_path / "notes.txt" / "r"))
+    assert code == RenderError.exit_code == 3, err
+    assert "is a file, not a folder" in " ".join(err.split()) and (tmp_path / "notes.txt").read_text() == "mine"
