@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import http.server
 import json
+import signal
 import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
@@ -284,3 +286,25 @@ def test_a_timeout_that_is_not_a_positive_number_is_refused(run_cli, free_port, 
 def test_ipv6_and_base_paths_are_accepted(raw):
     server = raw({"/health": HEALTHY, "/v1/models": _models(b'{"data": [{"id": "smol"}]}')})
     assert wait_ready(url=server.url + "/", served_name="smol", timeout_s=10).max_model_len is None
+
+
+@pytest.mark.timeout(60)
+def test_ctrl_c_ends_a_wait_on_a_silent_server_at_once(raw):
+    """The probe runs in a thread; the main thread's join must still take Ctrl-C at once."""
+    server = raw({"/health": _silent})
+    code = f"from builder.serve.wait import wait_ready; wait_ready(url={server.url!r}, served_name='x', timeout_s=600)"
+    proc = subprocess.Popen([sys.executable, "-c", code], stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    time.sleep(2.0)
+    start = time.monotonic()
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=30)
+    assert time.monotonic() - start < 3, err
+    assert proc.returncode != 0 and "KeyboardInterrupt" in err
+
+
+def test_serve_refuses_a_bad_timeout_before_starting_anything(pinned):
+    from builder.serve import serve
+
+    with pytest.raises(ServeError, match="--timeout must be a positive number"):
+        serve(cfg=pinned("cpu-smoke"), model_dir=Path("/nonexistent"), timeout_s=float("nan"))
