@@ -16,6 +16,7 @@ import pytest
 
 from builder.atomic import OWNER_FILE, STAGE_MARK, replace_dir
 from builder.bundle import build_bundle, bundle_refusal, verify_bundle
+from builder.constants import REPO_ROOT
 from builder.errors import BundleError
 
 # Runs build_bundle in a child that SIGKILLs itself at a chosen point, like `kill -9` or the OOM killer.
@@ -51,7 +52,8 @@ build_bundle(target="gb10", out=out)
 
 
 def _child(out: Path, when: str, *extra: str) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-c", CHILD, str(out), when, *extra], stderr=subprocess.PIPE, text=True)
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}  # this checkout's builder, whatever the cwd
+    return subprocess.Popen([sys.executable, "-c", CHILD, str(out), when, *extra], stderr=subprocess.PIPE, text=True, env=env)
 
 
 def _killed(out: Path, when: str) -> None:

@@ -10,6 +10,7 @@ import time
 
 import pytest
 
+from builder.constants import REPO_ROOT
 from builder.errors import ModelError
 from builder.models import PreparedModel, prepare_smollm2
 from builder.models import smollm2
@@ -77,7 +78,8 @@ def test_two_processes_preparing_at_once_convert_once_and_share_the_result(tmp_p
     log = tmp_path / "conversions.log"
     procs = [
         subprocess.Popen([sys.executable, "-c", CHILD, str(tmp_path / "models"), delay, str(log)],
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         env={**os.environ, "PYTHONPATH": str(REPO_ROOT)})
         for delay in ("1.0", "2.5")
     ]
     results = []

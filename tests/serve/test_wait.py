@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import http.server
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -13,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from builder.constants import REPO_ROOT
 from builder.errors import ServeError
 from builder.serve.wait import wait_ready
 
@@ -118,12 +120,14 @@ class _RawServer:
     def __init__(self, routes):
         self.routes = routes
         self.closing = threading.Event()
+        self.asked = threading.Event()  # set once a request has arrived
         outer = self
 
         class H(http.server.BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
 
             def do_GET(self):
+                outer.asked.set()
                 outer.routes.get(self.path, _send(404, b""))(self, outer.closing)
 
             def log_message(self, *args):
@@ -294,8 +298,10 @@ def test_ctrl_c_ends_a_wait_on_a_silent_server_at_once(raw):
     server = raw({"/health": _silent})
     code = f"from builder.serve.wait import wait_ready; wait_ready(url={server.url!r}, served_name='x', timeout_s=600)"
     proc = subprocess.Popen([sys.executable, "-c", code], stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "PYTHONPATH": str(REPO_ROOT)},
                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
-    time.sleep(2.0)
+    assert server.asked.wait(30), "the wait never reached the server"
+    time.sleep(0.5)  # inside the probe's join now
     start = time.monotonic()
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=30)
