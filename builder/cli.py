@@ -8,6 +8,8 @@ from pathlib import Path
 
 import typer
 from rich.console import Console
+from rich.markup import escape
+from rich.text import Text
 
 from builder import bundle as bundle_step
 from builder import config
@@ -50,11 +52,11 @@ def schema(
 @app.command()
 def render(
     target: str = typer.Option(DEFAULT_TARGET, "--target", "-t", help="Target name (targets/<name>.toml) or a .toml path."),
-    out: Path = typer.Option(..., "--out", "-o", help="Folder to write launch/ and README.md into (replaced atomically)."),
+    out: Path = typer.Option(..., "--out", "-o", help="Folder to write launch/, README.md and CHECKSUMS.sha256 into; written atomically, only ever replacing an earlier render."),
 ) -> None:
     """Render the launch script, launch/ENV.md and the model card of one target."""
     for path in render_step.render_to(target=target, out=out):
-        out_console.print(f"wrote {path}", highlight=False, soft_wrap=True)
+        out_console.print(f"wrote {path}", highlight=False, soft_wrap=True, markup=False)
 
 
 @app.command("bundle")
@@ -66,8 +68,8 @@ def bundle_cmd(
     result = bundle_step.build_bundle(target=target, out=out)
     m = result.manifest
     out_console.print(
-        f"[bold green]bundle[/] {result.path}: {len(result.files)} files, target {m.target}, "
-        f"{m.engine_profile}, kv {m.kv_cache_dtype}\n  check it: python -m builder verify {result.path}",
+        f"[bold green]bundle[/] {escape(str(result.path))}: {len(result.files)} files, target {m.target}, "
+        f"{m.engine_profile}, kv {m.kv_cache_dtype}\n  check it: python -m builder verify {escape(str(result.path))}",
         highlight=False,
         soft_wrap=True,
     )
@@ -85,13 +87,15 @@ def verify(
     if as_json:
         typer.echo(report.model_dump_json(indent=2))
     elif report.ok:
-        out_console.print(f"[bold green]ok[/] {directory}: {report.checked} files match CHECKSUMS.sha256", highlight=False, soft_wrap=True)
+        out_console.print(
+            f"[bold green]ok[/] {escape(str(directory))}: {report.checked} files match CHECKSUMS.sha256", highlight=False, soft_wrap=True
+        )
     else:
-        table = Table(title=f"{directory}: differs from CHECKSUMS.sha256")
+        table = Table(title=Text(f"{directory}: differs from CHECKSUMS.sha256"))
         table.add_column("problem", style="bold red")
         table.add_column("file")
         for kind, path in report.problems():
-            table.add_row(kind, path)
+            table.add_row(kind, Text(path))
         out_console.print(table)
     report.raise_for_problems()
 
@@ -100,7 +104,7 @@ def verify(
 def checksums() -> None:
     """Rewrite the repo's CHECKSUMS.sha256 over bundle/, evidence/, Dockerfile and docker/."""
     path = bundle_step.write_repo_checksums()
-    out_console.print(f"wrote {path} ({len(bundle_step.shipped_files())} files)", highlight=False, soft_wrap=True)
+    out_console.print(f"wrote {path} ({len(bundle_step.shipped_files())} files)", highlight=False, soft_wrap=True, markup=False)
 
 @app.command("publish")
 def publish_cmd(
@@ -147,18 +151,24 @@ def serve(
     bind: str = typer.Option("127.0.0.1", "--bind", help="Host address the port is published on."),
     port: int | None = typer.Option(None, "--port", help="Host port (default: the target's server.port)."),
     timeout: float = typer.Option(45 * 60, "--timeout", help="Seconds to wait for ready before giving up."),
-    name: str | None = typer.Option(None, "--name", help="Container name (default qfn-int8kv-<target>)."),
+    name: str | None = typer.Option(None, "--name", help="Container name (default qfn-int8kv-<target>); with --stop, the one to stop."),
     memory: str | None = typer.Option(
         None, "--memory", help="Cap the container's memory (e.g. 100g): an OOM kill instead of a host lock-up."
     ),
-    stop: bool = typer.Option(False, "--stop", help="Stop and remove the target's running server instead."),
+    stop: bool = typer.Option(
+        False, "--stop", help="Stop and remove the server started under --name (default qfn-int8kv-<target>) instead."
+    ),
 ) -> None:
     """Run the target's image and wait until /health and /v1/models say it serves."""
     from builder import serve as serving
 
     cfg = config.load_target(target)
     if stop:
-        for removed in serving.stop(target=cfg.target.name, name=name):
+        removed = serving.stop(target=cfg.target.name, name=name)
+        if removed is None:
+            wanted = serving.container_name(target=cfg.target.name, name=name)
+            err_console.print(f"serve: nothing to stop, no container named {wanted}", markup=False, highlight=False)
+        else:
             typer.echo(f"removed {removed}")
         return
     try:
@@ -203,13 +213,13 @@ app.add_typer(patches_app, name="patches")
 def _print_series(report) -> None:
     from rich.table import Table
 
-    table = Table(title=f"patch series against {report.target}")
+    table = Table(title=Text(f"patch series against {report.target}"))
     for column in ("patch", "file", "status", "upstream sha256", "detail"):
         table.add_column(column, overflow="fold")
     colours = {"applies cleanly": "green", "already applied": "cyan", "fails": "red"}
     for r in report.results:
         status = f"[{colours[r.status.value]}]{r.status.value}[/]"
-        table.add_row(r.patch, r.path, status, "matches" if r.upstream_matches else "differs", r.detail)
+        table.add_row(Text(r.patch), Text(r.path), status, "matches" if r.upstream_matches else "differs", Text(r.detail))
     out_console.print(table)
 
 
@@ -218,8 +228,8 @@ def patches_fetch_engine() -> None:
     """Download vllm==0.33.0 (x86_64 wheel), verify its sha256, unpack its Python sources into the cache."""
     from builder.patches.engine import fetch_engine
 
-    tree = fetch_engine(log=out_console.print)
-    out_console.print(f"engine sources: {tree.src_dir} (wheel sha256 {tree.wheel_sha256} verified)")
+    tree = fetch_engine(log=lambda line: out_console.print(line, markup=False, highlight=False))
+    out_console.print(f"engine sources: {tree.src_dir} (wheel sha256 {tree.wheel_sha256} verified)", markup=False)
 
 
 @patches_app.command("check")
@@ -251,9 +261,9 @@ def patches_refresh(
 
     report = refresh_series(edited=edited, add=add)
     for path in report.written:
-        out_console.print(f"rewrote {path}")
+        out_console.print(f"rewrote {path}", markup=False, highlight=False)
     for path in report.unchanged:
-        out_console.print(f"unchanged {path}")
+        out_console.print(f"unchanged {path}", markup=False, highlight=False)
 
 
 @patches_app.command("aot")
@@ -268,7 +278,7 @@ def patches_aot(
     from rich.table import Table
 
     report = compile_qsa_kernels(engine_root=engine, arch=arch, json_out=json_out)
-    table = Table(title=f"QSA split-K kernel on {arch} (Triton {report.triton_version}, max shared {report.max_shared_bytes} B)")
+    table = Table(title=Text(f"QSA split-K kernel on {arch} (Triton {report.triton_version}, max shared {report.max_shared_bytes} B)"))
     for column in ("cache", "GQA", "BLOCK_N", "warps", "splits", "shared B", "regs", "local B"):
         table.add_column(column, justify="right")
     for c in report.configs:
@@ -341,9 +351,10 @@ def main() -> None:
     try:
         app()
     except BuilderError as exc:
-        err_console.print(f"[bold red]error:[/] {exc.message}", highlight=False)
+        # Messages quote user input (paths, names, server answers): printed as text, never as markup.
+        err_console.print(Text.assemble(("error:", "bold red"), " ", exc.message), highlight=False, soft_wrap=True)
         if exc.hint:
-            err_console.print(f"  [bold]fix:[/] {exc.hint}", highlight=False)
+            err_console.print(Text.assemble("  ", ("fix:", "bold"), " ", exc.hint), highlight=False, soft_wrap=True)
         sys.exit(exc.exit_code)
 
 

@@ -51,11 +51,24 @@ EXCLUDED_NAMES = ("__pycache__", ".pytest_cache", ".mypy_cache", ".ruff_cache", 
 EXCLUDED_SUFFIXES = (".pyc", ".pyo", ".tmp", ".swp")
 #: What the repo-level CHECKSUMS.sha256 covers (paths that do not exist yet are skipped).
 SHIPPED_SOURCES = ("bundle", "evidence", "Dockerfile", "docker")
+#: Folders of the checkout that `render --out` / `bundle --out` may never write into (the sources).
+SOURCE_TREES = (REPO_ROOT / "builder", REPO_ROOT / "targets", REPO_ROOT / ".git", *(REPO_ROOT / s for s in SHIPPED_SOURCES))
 #: Reproducible bundle timestamps (https://reproducible-builds.org/specs/source-date-epoch/).
 ENV_SOURCE_DATE_EPOCH = "SOURCE_DATE_EPOCH"
 #: Knobs the rendered launch script reads from its caller (besides the plan's required inputs).
 ENV_DRY_RUN = "DRY_RUN"
 ENV_LAUNCH_PYTHON = "PYTHON"
+#: Environment names server.extra_env may not set: what the launch script reads (its knobs, its
+#: input, and what bash itself reads while the script runs), every name launch_plan() sets from
+#: other config fields, and what `serve` passes into the container. tests/config checks that
+#: every name the plan emits and the script reads is listed here.
+LAUNCH_RESERVED_ENV = frozenset({
+    ENV_DRY_RUN, ENV_LAUNCH_PYTHON, "MODEL_DIR",
+    "PATH", "IFS", "BASH_ENV", "ENV", "SHELLOPTS", "BASHOPTS",
+    "HF_HUB_OFFLINE", "VLLM_ALLOW_LONG_MAX_MODEL_LEN", "VLLM_PLE_CPU_OFFLOAD", "VLLM_PLE_MMAP_TABLE",
+    "VLLM_PLE_OFFLOAD_READY_TIMEOUT", "VLLM_ENGINE_READY_TIMEOUT_S", "VLLM_USE_DEEP_GEMM", "CUTE_DSL_ARCH",
+    "MAX_JOBS", "QFN_PORT", "QFN_PLE_DIR",
+})
 #: Target used when a command is given none (`make bundle` too).
 DEFAULT_TARGET = "gb10"
 
@@ -68,6 +81,9 @@ CARD_FAILED_GATES_TAG = "unverified-quality-gates"
 PUBLISH_RETRY_ATTEMPTS = 5
 PUBLISH_RETRY_INITIAL_S = 2.0
 PUBLISH_RETRY_MAX_S = 30.0
+#: Timeouts of every Hub request (huggingface_hub sets none): connecting, and each read or write.
+PUBLISH_CONNECT_TIMEOUT_S = 10.0
+PUBLISH_READ_TIMEOUT_S = 60.0
 #: Standard token places (read through huggingface_hub.get_token, never printed or stored).
 ENV_HF_HUB_OFFLINE = "HF_HUB_OFFLINE"
 

@@ -8,6 +8,7 @@ import os
 import shutil
 import socket
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -45,6 +46,21 @@ def pinned(target_data):
         return parse_config(data, source=f"{name} (pinned for tests)")
 
     return load
+
+
+@pytest.fixture
+def run_cli(monkeypatch, capsys):
+    """Run `builder ARGS` in-process through cli.main (the real error -> exit code mapping)."""
+    from builder import cli
+
+    def run(*args: str) -> tuple[int, str, str]:
+        monkeypatch.setattr(sys, "argv", ["builder", *args])
+        with pytest.raises(SystemExit) as exc:
+            cli.main()
+        out = capsys.readouterr()
+        return exc.value.code or 0, out.out, out.err
+
+    return run
 
 
 @pytest.fixture(scope="session")
@@ -109,3 +125,31 @@ def cpu_smoke_url(cpu_smoke_image, cpu_smoke_target):
         yield served.url
     finally:
         stop(target=cfg.target.name, name=name)
+
+
+class Tmpfs:
+    """A real tmpfs mounted for one test: fill it up or make it read-only (root ignores chmod)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def remount(self, options: str) -> None:
+        subprocess.run(["mount", "-o", f"remount,{options}", str(self.path)], check=True, capture_output=True)
+
+    def used_bytes(self) -> int:
+        st = os.statvfs(self.path)
+        return (st.f_blocks - st.f_bfree) * st.f_frsize
+
+
+@pytest.fixture
+def tmpfs(tmp_path):
+    """A 4 MiB tmpfs; the test may shrink it (remount size=) or make it read-only (remount ro)."""
+    mnt = tmp_path / "tmpfs"
+    mnt.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(mnt)], capture_output=True, text=True)
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here (needs root, as `make test` runs): {mounted.stderr.strip()}")
+    try:
+        yield Tmpfs(mnt)
+    finally:
+        subprocess.run(["umount", "-l", str(mnt)], check=True)

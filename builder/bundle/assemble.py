@@ -10,8 +10,9 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn
 
 from builder.atomic import replace_dir
-from builder.bundle.checksums import list_files, manifest_text, tree_digest
-from builder.bundle.manifest import BundleManifest, is_bundle, make_manifest
+from builder.checksums import list_files, manifest_text, tree_digest
+from builder.bundle.manifest import BundleManifest, make_manifest
+from builder.bundle.verify import bundle_refusal
 from builder.config import launch_plan, load_target
 from builder.constants import (
     BENCHMARK_SCRIPT,
@@ -20,6 +21,7 @@ from builder.constants import (
     CHECKSUMS_NAME,
     EVIDENCE_DIR,
     PATCHES_DIR,
+    SOURCE_TREES,
 )
 from builder.errors import BundleError
 from builder.render import card_context, make_environment, render_card, render_launch
@@ -77,7 +79,14 @@ def build_bundle(
         TextColumn("[bold]bundle[/] {task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
         console=console, transient=True,
     )
-    with progress, replace_dir(out, replaceable=is_bundle, what="bundle", error=BundleError) as stage:
+    with progress, replace_dir(
+        out,
+        replaceable=bundle_refusal,
+        what="bundle",
+        error=BundleError,
+        refuse_inside=[*SOURCE_TREES, sources.patches_dir, sources.evidence_root],
+        notify=lambda line: console.print(f"bundle: {line}", markup=False, highlight=False, soft_wrap=True),
+    ) as stage:
         task = progress.add_task(steps[0], total=len(steps))
 
         def step(i: int) -> None:

@@ -11,7 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 import builder
 from builder.config import ReleaseConfig, config_digest
-from builder.constants import BUNDLE_MANIFEST_NAME, CHECKSUMS_NAME, ENV_SOURCE_DATE_EPOCH
+from builder.constants import BUNDLE_MANIFEST_NAME, ENV_SOURCE_DATE_EPOCH
 from builder.errors import MalformedManifest
 
 
@@ -52,11 +52,6 @@ def make_manifest(cfg: ReleaseConfig, *, patch_series_sha256: str | None) -> Bun
         patch_series_sha256=patch_series_sha256,
         created=build_time(),
     )
-
-
-def is_bundle(path: Path) -> bool:
-    """A folder this builder wrote: it holds both bundle.json and CHECKSUMS.sha256."""
-    return (path / BUNDLE_MANIFEST_NAME).is_file() and (path / CHECKSUMS_NAME).is_file()
 
 
 def read_manifest(path: Path) -> BundleManifest:

@@ -6,7 +6,7 @@ import os
 import tempfile
 from pathlib import Path
 
-from builder.bundle.checksums import list_files, manifest_text
+from builder.checksums import list_files, manifest_text
 from builder.constants import CHECKSUMS_NAME, REPO_ROOT, SHIPPED_SOURCES
 
 

@@ -3,9 +3,11 @@
 API contract (the publish step relies on it):
 
     report = verify_bundle(path)     # raises MalformedManifest / UnsafeManifest when the
-                                     # manifest cannot be trusted (absent, bad line, absolute
-                                     # path, '..', any symlink in the bundle)
+                                     # manifest cannot be trusted (absent, bad line, CRLF line
+                                     # ending, absolute path, '..', any symlink, FIFO, socket
+                                     # or device in the bundle)
     report.ok                        # False when files were modified, are missing or unexpected
+                                     # (unlisted files, caches included, and empty folders)
     report.raise_for_problems()      # raises ChecksumMismatch listing them; no-op when ok
 
 All three errors are VerifyError subclasses with distinct exit codes (builder.errors).
@@ -17,11 +19,10 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from builder.bundle.checksums import list_files, parse_manifest
-from builder.hashing import sha256_file
+from builder.checksums import FolderCheck, check_folder, replace_refusal
 from builder.bundle.manifest import BundleManifest, read_manifest
 from builder.constants import BUNDLE_MANIFEST_NAME, CHECKSUMS_NAME
-from builder.errors import ChecksumMismatch, MalformedManifest, UnsafeManifest
+from builder.errors import ChecksumMismatch, MalformedManifest
 
 
 class VerifyReport(BaseModel):
@@ -31,7 +32,9 @@ class VerifyReport(BaseModel):
     checked: int = Field(description="Files listed in CHECKSUMS.sha256.")
     modified: list[str] = Field(default_factory=list)
     missing: list[str] = Field(default_factory=list)
-    unexpected: list[str] = Field(default_factory=list, description="Files present but not listed.")
+    unexpected: list[str] = Field(
+        default_factory=list, description="Files present but not listed, and empty folders (named 'path/')."
+    )
     bundle: BundleManifest | None = Field(default=None, description="bundle.json, when listed and intact.")
 
     @property
@@ -59,37 +62,37 @@ class VerifyReport(BaseModel):
 
 
 def verify_bundle(path: Path) -> VerifyReport:
-    root = Path(path)
-    manifest_file = root / CHECKSUMS_NAME
-    if manifest_file.is_symlink():
-        raise UnsafeManifest(f"{manifest_file} is a symlink", hint="rebuild the bundle")
-    if not manifest_file.is_file():
-        raise MalformedManifest(
-            f"{root} has no {CHECKSUMS_NAME}; it is not a bundle", hint="pass a folder written by `builder bundle`"
-        )
-    try:
-        text = manifest_file.read_text(encoding="utf-8")
-    except UnicodeDecodeError as exc:
-        raise MalformedManifest(f"{manifest_file}: not UTF-8 text", hint="rebuild the bundle") from exc
-    entries = parse_manifest(text, source=str(manifest_file))
-    # Walks every file, caches included: anything not listed is unexpected; any symlink is unsafe.
-    present = set(list_files(root, exclude_caches=False, symlink_error=UnsafeManifest)) - {CHECKSUMS_NAME}
-
-    modified, missing = [], []
-    for e in entries:
-        if e.path not in present:
-            missing.append(e.path)
-        elif sha256_file(root / e.path) != e.sha256:
-            modified.append(e.path)
-    listed = {e.path for e in entries}
-    bundle = None
-    if BUNDLE_MANIFEST_NAME in listed and BUNDLE_MANIFEST_NAME in present and BUNDLE_MANIFEST_NAME not in modified:
-        bundle = read_manifest(root)
+    check = check_folder(Path(path))
     return VerifyReport(
-        root=root,
-        checked=len(entries),
-        modified=sorted(modified),
-        missing=sorted(missing),
-        unexpected=sorted(present - listed),
-        bundle=bundle,
+        root=check.root,
+        checked=len(check.listed),
+        modified=check.modified,
+        missing=check.missing,
+        unexpected=check.unexpected,
+        bundle=_bundle_manifest(check),
     )
+
+
+def _bundle_manifest(check: FolderCheck) -> BundleManifest | None:
+    """bundle.json when it is listed and intact (MalformedManifest when it is, yet does not parse)."""
+    name = BUNDLE_MANIFEST_NAME
+    if name in check.listed and name not in check.missing and name not in check.modified:
+        return read_manifest(check.root)
+    return None
+
+
+def bundle_refusal(root: Path) -> str | None:
+    """Why `root` may not be replaced by a new bundle (None: an intact earlier bundle, nothing added)."""
+    return replace_refusal(root, accept=_is_bundle)
+
+
+def _is_bundle(check: FolderCheck) -> str | None:
+    if BUNDLE_MANIFEST_NAME not in check.listed:
+        return f"is not a bundle: its {CHECKSUMS_NAME} does not list {BUNDLE_MANIFEST_NAME}"
+    if BUNDLE_MANIFEST_NAME in check.missing:
+        return f"is not a bundle: its {BUNDLE_MANIFEST_NAME} is missing"
+    try:
+        _bundle_manifest(check)
+    except MalformedManifest as exc:
+        return f"is not a bundle ({exc.message})"
+    return None

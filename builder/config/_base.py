@@ -6,9 +6,13 @@ from pydantic import BaseModel, ConfigDict
 
 
 class StrictModel(BaseModel):
-    """A typo must never be silently ignored, and a loaded config never changes."""
+    """A typo must never be silently ignored, and a loaded config never changes.
 
-    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=False)
+    Strict: "8000" is not a port and "yes" is not a bool (TOML has real ints and booleans), and
+    inf/nan are not sizes.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=False, strict=True, allow_inf_nan=False)
 
 
 def rule_error(field: str, problem: str, fix: str) -> ValueError:

@@ -33,10 +33,24 @@ def load_target(name_or_path: str | Path, *, targets_dir: Path = TARGETS_DIR) ->
             f"target '{name_or_path}' not found ({path})",
             hint=f"use one of: {', '.join(available_targets(targets_dir)) or '(none)'}, or pass a .toml path",
         )
+    raw = path.read_bytes()
     try:
-        data = tomllib.loads(path.read_text())
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = raw.count(b"\n", 0, exc.start) + 1
+        raise ConfigError(
+            f"{path}: not UTF-8 text (byte 0x{raw[exc.start]:02x} on line {line}); TOML files are UTF-8",
+            hint="save the file as UTF-8",
+        ) from None
+    try:
+        data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{path}: not valid TOML: {exc}", hint="fix the syntax at the line named") from exc
+    except RecursionError:
+        raise ConfigError(
+            f"{path}: arrays or tables nest too deeply to parse; no target file nests more than a few levels",
+            hint="flatten the nesting (a target file is a few flat tables)",
+        ) from None
     return parse_config(data, source=str(path))
 
 

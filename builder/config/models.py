@@ -12,6 +12,7 @@ from typing import Literal
 from pydantic import Field, model_validator
 
 from builder.config._base import StrictModel, rule_error
+from builder.config.guards import check_base_image, check_extra_env, check_text
 from builder.config.engines import ENGINE_PROFILES, EngineId, EngineProfile
 
 KVDtype = Literal["auto", "bfloat16", "fp8", "fp8_e4m3", "int8_per_token_head"]
@@ -238,6 +239,13 @@ class ReleaseConfig(StrictModel):
     server: Server
     patches: Patches
     gates: Gates = Field(default_factory=Gates)
+
+    @model_validator(mode="after")
+    def _no_launch_subversion(self) -> ReleaseConfig:
+        check_extra_env(self.server.extra_env)
+        check_text(self)
+        check_base_image(self.target.base_image)
+        return self
 
     @model_validator(mode="after")
     def _cross_field_rules(self) -> ReleaseConfig:

@@ -54,7 +54,7 @@ def build_image(
         ctx = assemble_context(cfg=cfg, recipe=recipe, out=Path(tmp) / "ctx", ca_bundle=ca_bundle, repo_root=repo_root)
         # Checked last, so "base image missing" means every other input of the build is in place.
         _require_base(client, recipe)
-        console.print(f"image: building {recipe.tag} from {recipe.base_image}", soft_wrap=True)
+        console.print(f"image: building {recipe.tag} from {recipe.base_image}", soft_wrap=True, markup=False)
         start = time.monotonic()
         if cross:
             _buildx(ctx=ctx, recipe=recipe, labels=labels, console=console)
@@ -67,7 +67,7 @@ def build_image(
     if recipe.kernel_arch:  # the AOT compile report also goes to evidence/, beside the kernel benchmarks
         dest = evidence_dir / "kernels" / f"image-aot-{recipe.target}-{recipe.kernel_arch}.json"
         report = extract_file(client=client, image=recipe.tag, path=KERNEL_REPORT_IN_IMAGE, dest=dest)
-        console.print(f"image: kernel compile report -> {report}", soft_wrap=True)
+        console.print(f"image: kernel compile report -> {report}", soft_wrap=True, markup=False)
     return BuiltImage(tag=recipe.tag, id=image.id, labels=image.labels or {}, seconds=seconds, kernel_report=report)
 
 

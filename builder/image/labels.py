@@ -8,7 +8,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from builder import __version__
-from builder.bundle.checksums import tree_digest
+from builder.checksums import tree_digest
 from builder.config import ReleaseConfig
 from builder.constants import ENV_SOURCE_URL, OCI_LABEL_PREFIX, QFN_LABEL_PREFIX, REPO_ROOT
 from builder.image.recipe import BuildRecipe

@@ -8,6 +8,7 @@ from typing import Any
 
 import httpx
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from builder.errors import MeasureError
@@ -43,7 +44,7 @@ async def run_suite_async(
         with _progress(console) as progress:
             total = progress.add_task("requests", total=sum(w.num_prompts for w in suite))
             for wl in suite:
-                progress.update(total, description=wl.name)
+                progress.update(total, description=escape(wl.name))
                 raw = await bench.run_workload(
                     client, server.url, server.served_model, wl, on_done=lambda: progress.advance(total)
                 )
@@ -102,7 +103,7 @@ def run_ab(
             servers = [await probe(client, u) for u in (url_a, url_b)]
             arms = [bench.Arm(lbl, s.url, s.served_model) for lbl, s in zip((label_a, label_b), servers)]
             with _progress(console) as progress:
-                task = progress.add_task(f"A/B {label_a} vs {label_b}", total=2 * rounds)
+                task = progress.add_task(escape(f"A/B {label_a} vs {label_b}"), total=2 * rounds)
                 try:
                     ab = await bench.run_ab(
                         client, *arms, rounds=rounds, input_len=input_len, output_len=output_len,
@@ -123,5 +124,5 @@ def run_ab(
         f"under test. Delta = (B - A) / A per pair; spread = sd of the per-pair deltas.\n\n{table}\n"
     )
     write_bytes_atomic(out_dir / "ab.md", text.encode())
-    console.print(table, highlight=False)
+    console.print(table, highlight=False, markup=False)
     return ab

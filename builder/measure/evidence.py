@@ -105,7 +105,7 @@ def load_bench_evidence(directory: Path) -> list[BenchEvidence]:
     out = []
     for path in sorted(directory.glob("bench-*.json")):
         try:
-            out.append(BenchEvidence.model_validate_json(path.read_text()))
+            out.append(BenchEvidence.model_validate_json(path.read_bytes()))
         except ValidationError as exc:
             raise MeasureError(f"{path}: not a benchmark evidence file: {exc}", hint="re-run `builder bench`") from exc
     return out
@@ -121,9 +121,9 @@ def load_gate_evidence(directory: Path) -> list[GateEvidence]:
         if path.name.startswith(GATE_PREFIX_EXCLUDE):
             continue
         try:
-            data = json.loads(path.read_text())
-        except json.JSONDecodeError as exc:
-            raise MeasureError(f"{path}: not valid JSON: {exc}", hint="re-run `builder gates` to rewrite it") from exc
+            data = json.loads(path.read_bytes())
+        except (ValueError, RecursionError) as exc:  # bad JSON, bad UTF-8, or nested too deeply to parse
+            raise MeasureError(f"{path}: not valid JSON: {exc}", hint="re-run `builder gates` to rewrite it") from None
         if not isinstance(data, dict) or "gate" not in data:
             continue
         try:

@@ -18,6 +18,7 @@ import httpx
 from pydantic import ValidationError
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from builder.constants import GATE_NAMES, REPO_ROOT
 from builder.errors import GateFailed, MeasureError
@@ -292,7 +293,7 @@ async def run_gates_async(
                           server_log=server_log)
         with console.status("") as status:
             for name in names:
-                status.update(f"gate [bold]{name}[/] on {server.served_model} ({server.kv_cache_dtype} KV)")
+                status.update(Text(f"gate {name} on {server.served_model} ({server.kv_cache_dtype} KV)"))
                 outcome = await GATES[name](ctx)
                 ev = GateEvidence(
                     gate=name, required=name in settings.gates.required, verdict=outcome.verdict,
@@ -302,7 +303,7 @@ async def run_gates_async(
                 )
                 write_json_atomic(out_dir / f"{name}.json", ev)
                 results.append(ev)
-                console.print(f"  {name:<13} {ev.verdict.upper():<4}  {ev.summary}", highlight=False)
+                console.print(f"  {name:<13} {ev.verdict.upper():<4}  {ev.summary}", highlight=False, markup=False)
     return results
 
 
@@ -312,7 +313,7 @@ def gate_table(results: list[GateEvidence]) -> Table:
         table.add_column(col)
     for ev in results:
         colour = "green" if ev.verdict == "pass" else "red"
-        table.add_row(ev.gate, "yes" if ev.required else "no", f"[{colour}]{ev.verdict}[/]", ev.summary)
+        table.add_row(ev.gate, "yes" if ev.required else "no", Text(ev.verdict, style=colour), Text(ev.summary))
     return table
 
 

@@ -8,6 +8,7 @@ from typing import Any
 
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from builder.measure.evidence import BenchEvidence
 
@@ -43,7 +44,7 @@ def bench_table(results: list[BenchEvidence]) -> Table:
     for head, _, _ in _COLUMNS:
         table.add_column(head, justify="left" if head == "workload" else "right")
     for r in results:
-        table.add_row(*_cells(r))
+        table.add_row(*(Text(cell) for cell in _cells(r)))
     return table
 
 

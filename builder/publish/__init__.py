@@ -9,11 +9,12 @@ from typing import Any
 
 from huggingface_hub import HfApi
 from rich.console import Console
+from rich.markup import escape
 
 from builder import constants
 from builder.bundle.assemble import BUNDLE_EVIDENCE
 from builder.publish.gates import assess_gates, refuse_unless_passed
-from builder.publish.hub import Hub, require_token, token_source, upload
+from builder.publish.hub import Hub, hub_timeouts, require_token, token_source, upload
 from builder.publish.models import PublishPlan, PublishRequest
 from builder.publish.plan import make_plan, show_plan
 from builder.publish.stage import upload_source, verified
@@ -44,15 +45,18 @@ def publish(
         if not request.yes:
             console.print("[bold]dry run:[/] nothing was uploaded; re-run with --yes to publish this plan")
             return plan
+        token = require_token()
         hub = Hub(
-            api_factory(token=require_token()),
+            api_factory(token=token),
             repo=plan.repo,
             console=console,
             sleep=sleep,
             attempts=constants.PUBLISH_RETRY_ATTEMPTS,
             initial_s=constants.PUBLISH_RETRY_INITIAL_S,
             max_s=constants.PUBLISH_RETRY_MAX_S,
+            secret=token,
         )
-        info = upload(hub, plan=plan, source_dir=source_dir)
-    console.print(f"[bold green]published:[/] {info.commit_url} (tag {plan.tag})", highlight=False)
+        with hub_timeouts(connect_s=constants.PUBLISH_CONNECT_TIMEOUT_S, read_s=constants.PUBLISH_READ_TIMEOUT_S):
+            info = upload(hub, plan=plan, source_dir=source_dir)
+    console.print(f"[bold green]published:[/] {escape(hub.redact(str(info.commit_url)))} (tag {escape(plan.tag)})", highlight=False)
     return plan

@@ -4,14 +4,17 @@ each Hub failure turned into an error that says what to do."""
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+import re
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import httpx2
-from huggingface_hub import CommitOperationAdd, CommitOperationDelete, get_token
+from huggingface_hub import CommitOperationAdd, CommitOperationDelete, get_session, get_token
 from huggingface_hub.errors import HfHubHTTPError, OfflineModeIsEnabled, RepositoryNotFoundError
 from rich.console import Console
+from rich.markup import escape
 from tenacity import RetryCallState, Retrying, retry_if_exception, stop_after_attempt, wait_exponential
 
 from builder import constants
@@ -19,6 +22,9 @@ from builder.errors import PublishAuthError, PublishError, PublishNetworkError, 
 from builder.publish.models import PublishPlan
 
 REPO_TYPE = "model"
+#: What a token (or any bearer credential) in server text is printed as.
+REDACTED = "<redacted>"
+_BEARER = re.compile(r"Bearer\s+[^\s\"',;)]+", re.IGNORECASE)
 #: Files the Hub creates in every repo; never deleted as stale.
 HUB_OWNED = frozenset({".gitattributes"})
 LOGIN_HINT = f"run `hf auth login`, or set {constants.ENV_HF_TOKEN} to a token with write access"
@@ -61,10 +67,12 @@ class Hub:
         attempts: int,
         initial_s: float,
         max_s: float,
+        secret: str | None = None,
     ) -> None:
         self._api = api
         self._repo = repo
         self._console = console
+        self._secret = secret
         self._retrying = Retrying(
             stop=stop_after_attempt(attempts),
             wait=wait_exponential(multiplier=initial_s, max=max_s),
@@ -78,20 +86,30 @@ class Hub:
 
     def call(self, what: str, method: str, *args: Any, **kwargs: Any) -> Any:
         self._what = what
-        self._console.print(f"[bold]hub:[/] {what}")
+        self._console.print(f"[bold]hub:[/] {escape(what)}")
         try:
             return self._retrying(getattr(self._api, method), *args, **kwargs)
         except Exception as exc:
+            leaks = self._secret is not None and self._secret in _exception_text(exc)
             translated = self._translate(exc)
+            if translated is None and leaks:  # a traceback would print the echoed token
+                translated = PublishError(f"unexpected {type(exc).__name__} while trying to {what}: {self.redact(str(exc))}")
             if translated is None:
                 raise
-            raise translated from exc
+            # The original error is kept for debugging unless it holds the token (an echoing endpoint).
+            raise translated from (None if leaks else exc)
+
+    def redact(self, text: str) -> str:
+        """`text` without the token, e.g. when an endpoint echoes the Authorization header in an error body."""
+        if self._secret:
+            text = text.replace(self._secret, REDACTED)
+        return _BEARER.sub(f"Bearer {REDACTED}", text)
 
     def _announce_retry(self, state: RetryCallState) -> None:
         exc = state.outcome.exception() if state.outcome else None
         wait = state.next_action.sleep if state.next_action else 0.0
         self._console.print(
-            f"[yellow]hub:[/] {self._what}: {_short(exc)}; retry {state.attempt_number + 1}/{self._attempts} in {wait:.1f}s",
+            f"[yellow]hub:[/] {escape(self._what)}: {_short(exc)}; retry {state.attempt_number + 1}/{self._attempts} in {wait:.1f}s",
             highlight=False,
         )
 
@@ -99,7 +117,7 @@ class Hub:
         what, repo = self._what, self._repo
         if isinstance(exc, HfHubHTTPError):
             status = exc.response.status_code
-            detail = f" ({exc.server_message})" if exc.server_message else ""
+            detail = f" ({self.redact(exc.server_message)})" if exc.server_message else ""
             # The Hub answers 401 both for a bad token and for a repo the token cannot see; the
             # library tells them apart (RepositoryNotFoundError), so a "not found" is a permission problem.
             write_hint = "use a token with write access to that namespace (fine-grained: 'write' on the repo or org)"
@@ -132,6 +150,32 @@ class Hub:
                 hint="check the network connection and proxy settings (HTTPS_PROXY), then re-run",
             )
         return None
+
+
+def _exception_text(exc: BaseException) -> str:
+    """Everything a traceback of `exc` could print that came from the server."""
+    parts = [str(exc), repr(exc.args)]
+    response = getattr(exc, "response", None)
+    if response is not None:
+        try:
+            parts.append(response.text)
+        except Exception:  # noqa: BLE001 - an unread streamed body has no text; nothing to print then
+            pass
+    return "\n".join(parts)
+
+
+@contextmanager
+def hub_timeouts(*, connect_s: float, read_s: float) -> Iterator[None]:
+    """Every Hub request in this block times out: huggingface_hub's shared client has no timeout,
+    so a Hub that accepts a connection and never answers would hold a call for ever. A timeout
+    is a transport error, so it is retried like one and ends in PublishNetworkError."""
+    session = get_session()
+    previous = session.timeout
+    session.timeout = httpx2.Timeout(read_s, connect=connect_s)
+    try:
+        yield
+    finally:
+        session.timeout = previous
 
 
 def _short(exc: BaseException | None) -> str:

@@ -6,6 +6,7 @@ from pathlib import Path
 
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from builder import constants
 from builder.bundle import BundleManifest
@@ -50,7 +51,7 @@ def show_plan(plan: PublishPlan, *, console: Console) -> None:
     files.add_column("path")
     files.add_column("size", justify="right")
     for f in plan.files:
-        files.add_row(f.path, _size(f.size))
+        files.add_row(Text(f.path), _size(f.size))
     console.print(files)
 
     gates = Table(title="Gates", title_justify="left")
@@ -58,17 +59,17 @@ def show_plan(plan: PublishPlan, *, console: Console) -> None:
         gates.add_column(column)
     colour = {"pass": "green", "fail": "red", "missing": "red"}
     for g in plan.gates.gates:
-        gates.add_row(g.gate, f"[{colour[g.verdict]}]{g.verdict}[/]", "yes" if g.required else "no", g.summary)
+        gates.add_row(Text(g.gate), Text(g.verdict, style=colour[g.verdict]), "yes" if g.required else "no", Text(g.summary))
     console.print(gates)
 
     summary = Table(title="Publish plan", title_justify="left", show_header=False)
     summary.add_column("what", style="bold")
     summary.add_column("value", overflow="fold")
-    summary.add_row("repo", f"https://huggingface.co/{plan.repo} (model; if created: {'private' if plan.private else 'the namespace default visibility'})")
-    summary.add_row("revision", plan.revision)
-    summary.add_row("tag", plan.tag)
-    summary.add_row("commit message", plan.commit_message)
-    summary.add_row("target / version", f"{plan.release.target} / {plan.release.bundle_version}")
+    summary.add_row("repo", Text(f"https://huggingface.co/{plan.repo} (model; if created: {'private' if plan.private else 'the namespace default visibility'})"))
+    summary.add_row("revision", Text(plan.revision))
+    summary.add_row("tag", Text(plan.tag))
+    summary.add_row("commit message", Text(plan.commit_message))
+    summary.add_row("target / version", Text(f"{plan.release.target} / {plan.release.bundle_version}"))
     summary.add_row("model card", "[red]failed-gates warning added at publish time[/]" if plan.card_modified else "as built")
     summary.add_row("stale remote files", "deleted in the same commit (listed at upload time)")
     summary.add_row("token", plan.token_source or "[red]none found[/]: run `hf auth login` or set HF_TOKEN before --yes")

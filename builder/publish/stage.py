@@ -11,7 +11,7 @@ from pathlib import Path
 
 from builder import constants
 from builder.bundle import BundleManifest, verify_bundle
-from builder.bundle.checksums import list_files, manifest_text, parse_manifest
+from builder.checksums import list_files, manifest_text, read_manifest_file
 from builder.hashing import sha256_file
 from builder.errors import UnverifiedBundle, VerifyError
 from builder.publish.card import load_card, warn_failed_gates
@@ -58,7 +58,7 @@ def upload_source(bundle_dir: Path, *, report: GateReport) -> Iterator[Path]:
         checksums = staged / constants.CHECKSUMS_NAME
         marked = warn_failed_gates(card, report=report, bundle_checksums_sha256=sha256_file(checksums))
         (staged / constants.CARD_NAME).write_text(str(marked), encoding="utf-8", newline="\n")
-        listed = [e.path for e in parse_manifest(checksums.read_text(encoding="utf-8"), source=str(checksums))]
+        listed = [e.path for e in read_manifest_file(checksums)]
         checksums.write_text(manifest_text(staged, listed), encoding="utf-8", newline="\n")
         verified(staged)
         load_card(staged / constants.CARD_NAME)

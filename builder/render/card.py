@@ -152,9 +152,9 @@ def bench_rows(evidence_dir: Path) -> tuple[list[tuple[str, str]], list[BenchRow
     raw: list[tuple[Path, dict]] = []
     for path in sorted(evidence_dir.glob(BENCH_EVIDENCE_GLOB)) if evidence_dir.is_dir() else []:
         try:
-            data = json.loads(path.read_text())
-        except json.JSONDecodeError as exc:
-            raise RenderError(f"{path}: not valid JSON: {exc}", hint="re-run the benchmark or remove the file") from exc
+            data = json.loads(path.read_bytes())
+        except (ValueError, RecursionError) as exc:  # bad JSON, bad UTF-8, or nested too deeply to parse
+            raise RenderError(f"{path}: not valid JSON: {exc}", hint="re-run the benchmark or remove the file") from None
         if not isinstance(data, dict):
             raise RenderError(f"{path}: a benchmark file must hold a JSON object", hint="re-run the benchmark")
         raw.append((path, data))

@@ -27,7 +27,7 @@ SNAPSHOT_MARKER = "config.json"
 
 def _check_env_names(plan: LaunchPlan) -> None:
     for name in [e.name for e in plan.env] + [r.env for r in plan.required]:
-        if not _ENV_NAME.match(name):
+        if not _ENV_NAME.fullmatch(name):
             raise RenderError(
                 f"environment variable name {name!r} is not a valid shell name",
                 hint="fix the key in server.extra_env of the target file (letters, digits, _; not starting with a digit)",

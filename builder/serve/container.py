@@ -39,6 +39,11 @@ class RunSpec(BaseModel):
     memory: str | None = None  # docker --memory: an OOM kill beats a host lock-up on unified memory
 
 
+def container_name(*, target: str, name: str | None = None) -> str:
+    """The container `serve` starts (and `serve --stop` removes) for a target: --name, or qfn-int8kv-<target>."""
+    return name or f"qfn-int8kv-{target}"
+
+
 def run_spec(
     *,
     cfg: ReleaseConfig,
@@ -65,7 +70,7 @@ def run_spec(
     gpu = t.gpu_count > 0
     return RunSpec(
         image=image,
-        name=name or f"qfn-int8kv-{t.name}",
+        name=container_name(target=t.name, name=name),
         command=[],
         environment=env,
         ports={f"{srv.port}/tcp": (bind, host_port or srv.port)},
@@ -148,6 +153,6 @@ def _refuse_or_clear_existing(client: docker.DockerClient, name: str) -> None:
     if old.status == "running":
         raise ServeError(
             f"a container named {name} is already running",
-            hint=f"stop it first (`builder serve --stop --target ...` or `docker rm -f {name}`)",
+            hint=f"stop it first (`builder serve --stop --target <target> --name {name}`), or pass another --name",
         )
     old.remove(force=True)  # a leftover from an earlier failed start

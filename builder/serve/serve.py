@@ -18,8 +18,8 @@ from builder.errors import ServeError
 from builder.image.daemon import docker_client
 from builder.image.recipe import image_tag
 from builder.models import prepare_smollm2
-from builder.serve.container import check_alive, remove_container, run_spec, start_container
-from builder.serve.wait import Ready, wait_ready
+from builder.serve.container import check_alive, container_name, remove_container, run_spec, start_container
+from builder.serve.wait import Ready, check_timeout, wait_ready
 
 
 class Served(BaseModel):
@@ -48,6 +48,7 @@ def serve(
     Any failure while starting (and Ctrl-C) stops and removes the container.
     """
     console = console or Console(stderr=True)
+    timeout_s = check_timeout(timeout_s)  # before a container is started for nothing
     require_pinned_base(cfg)  # an image from an unpinned base is not one we serve
     spec = run_spec(
         cfg=cfg,
@@ -61,13 +62,14 @@ def serve(
     )
     client = docker_client()
     host, port = spec.ports[f"{cfg.server.port}/tcp"]
-    url = f"http://{'127.0.0.1' if host in ('0.0.0.0', '') else host}:{port}"
+    host = {"0.0.0.0": "127.0.0.1", "": "127.0.0.1", "::": "::1"}.get(host, host)
+    url = f"http://{f'[{host}]' if ':' in host else host}:{port}"
     container = None
     with _Interrupts() as interrupts:
         try:
             with interrupts.held():
                 container = start_container(client=client, spec=spec)
-            console.print(f"serve: started {spec.name} from {spec.image}; waiting for {url}", soft_wrap=True)
+            console.print(f"serve: started {spec.name} from {spec.image}; waiting for {url}", soft_wrap=True, markup=False)
             ready = wait_ready(
                 url=url,
                 served_name=cfg.model.served_name,
@@ -140,20 +142,26 @@ class _Interrupts:
                 raise Interrupted(signum)
 
 
-def stop(*, target: str, name: str | None = None) -> list[str]:
-    """Stop and remove the containers `builder serve` started for ``target`` (only ``name`` if given)."""
+def stop(*, target: str, name: str | None = None) -> str | None:
+    """Stop and remove the one container `serve` started for `target` under `name` (default
+    qfn-int8kv-<target>); returns its name, or None when there is none.
+
+    Never every container of the target: other serve runs (and tests) name theirs. A container of
+    that name that `serve` did not start for this target is refused, not removed.
+    """
+    wanted = container_name(target=target, name=name)
     client = docker_client()
-    names = []
-    filters: dict[str, str] = {"label": f"{SERVE_LABEL}={target}"}
-    if name is not None:
-        filters["name"] = f"^/?{name}$"
-    for container in client.containers.list(all=True, filters=filters):
-        names.append(container.name)
-        try:
-            remove_container(container)
-        except NotFound:
-            pass
-    return names
+    try:
+        container = client.containers.get(wanted)
+    except NotFound:
+        return None
+    if container.labels.get(SERVE_LABEL) != target:
+        raise ServeError(
+            f"container {wanted} was not started by `builder serve` for target {target}; leaving it alone",
+            hint=f"pass the --target it was started for, or remove it yourself (`docker rm -f {wanted}`)",
+        )
+    remove_container(container)
+    return wanted
 
 
 def _model_dir(cfg: ReleaseConfig, model_dir: Path | None) -> Path:

@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 import json
-import sys
 
 import pytest
 from rich.console import Console
 
-from builder import cli
 from builder.bundle import BundleSources, build_bundle
 
 
@@ -44,17 +42,3 @@ def quiet() -> Console:
 def built(tmp_path, sources, quiet):
     """A gb10 bundle built from `sources`."""
     return build_bundle(target="gb10", out=tmp_path / "dist" / "gb10", sources=sources, console=quiet)
-
-
-@pytest.fixture
-def run_cli(monkeypatch, capsys):
-    """Run `builder ARGS` in-process through cli.main (the real error -> exit code mapping)."""
-
-    def run(*args: str) -> tuple[int, str, str]:
-        monkeypatch.setattr(sys, "argv", ["builder", *args])
-        with pytest.raises(SystemExit) as exc:
-            cli.main()
-        out = capsys.readouterr()
-        return exc.value.code or 0, out.out, out.err
-
-    return run

@@ -6,12 +6,13 @@ import hashlib
 import subprocess
 
 import pytest
+from rich.console import Console
 
-from builder.bundle import build_bundle, read_manifest, verify_bundle
-from builder.bundle import assemble
+from builder.atomic import STAGE_MARK
+from builder.bundle import assemble, build_bundle, read_manifest, verify_bundle
 from builder.config import config_digest, load_target
 from builder.constants import REPO_ROOT
-from builder.errors import BundleError
+from builder.errors import BundleError, MeasureError, RenderError
 
 EXPECTED = [
     "CHECKSUMS.sha256",
@@ -82,8 +83,8 @@ def _leftovers(parent):
     return sorted(p.name for p in parent.iterdir() if p.name.startswith("."))
 
 
-@pytest.mark.parametrize("exc", [OSError("disk full"), KeyboardInterrupt()])
-def test_interrupted_write_leaves_no_bundle(tmp_path, sources, quiet, monkeypatch, exc):
+@pytest.mark.parametrize(("exc", "raised"), [(OSError("disk full"), BundleError), (KeyboardInterrupt(), KeyboardInterrupt)])
+def test_interrupted_write_leaves_no_bundle(tmp_path, sources, quiet, monkeypatch, exc, raised):
     calls = []
 
     def failing_copy(src, dst):
@@ -95,7 +96,7 @@ def test_interrupted_write_leaves_no_bundle(tmp_path, sources, quiet, monkeypatc
     real_copy = assemble.copy_file
     monkeypatch.setattr(assemble, "copy_file", failing_copy)
     out = tmp_path / "dist" / "gb10"
-    with pytest.raises(type(exc)):
+    with pytest.raises(raised):
         build_bundle(target="gb10", out=out, sources=sources, console=quiet)
     assert len(calls) == 2
     assert not out.exists()
@@ -105,25 +106,73 @@ def test_interrupted_write_leaves_no_bundle(tmp_path, sources, quiet, monkeypatc
 def test_failed_rebuild_keeps_the_previous_bundle(built, sources, quiet, monkeypatch):
     before = (built.path / "CHECKSUMS.sha256").read_text()
     monkeypatch.setattr(assemble, "copy_file", lambda src, dst: (_ for _ in ()).throw(OSError("disk full")))
-    with pytest.raises(OSError):
+    with pytest.raises(BundleError, match="disk full; nothing was replaced"):
         build_bundle(target="gb10", out=built.path, sources=sources, console=quiet)
     assert (built.path / "CHECKSUMS.sha256").read_text() == before
     assert verify_bundle(built.path).ok
     assert _leftovers(built.path.parent) == []
 
 
-def test_rebuild_replaces_a_bundle(built, sources, quiet):
-    (built.path / "stale.txt").write_text("x")  # a tampered earlier bundle is still a bundle
+def test_rebuild_replaces_an_intact_bundle(built, sources, quiet):
+    (built.path / "patches/series").unlink()  # a listed file that is gone loses nothing
     build_bundle(target="gb10", out=built.path, sources=sources, console=quiet)
     assert _tree(built.path) == EXPECTED
     assert _leftovers(built.path.parent) == []
+
+
+@pytest.mark.parametrize(
+    ("change", "named"),
+    [
+        (lambda r: (r / "notes.txt").write_text("mine"), "does not list: notes.txt"),
+        (lambda r: (r / "evidence/run2.json").write_text("{}"), "does not list: evidence/run2.json"),
+        (lambda r: (r / "launch/ENV.md").write_text("my edits\n"), "changed since it was written: launch/ENV.md"),
+        (lambda r: (r / "drafts").mkdir(), "does not list: drafts/"),
+    ],
+    ids=["added-file", "added-evidence", "edited-file", "added-empty-dir"],
+)
+def test_rebuild_refuses_a_bundle_the_user_added_to_or_changed(built, sources, quiet, run_cli, change, named):
+    """A user's file in (or edit to) an earlier bundle is never dropped silently: the refusal names it."""
+    change(built.path)
+    before = _snapshot(built.path)
+    with pytest.raises(BundleError, match="refusing to replace it") as err:
+        build_bundle(target="gb10", out=built.path, sources=sources, console=quiet)
+    assert named in err.value.message
+    assert _snapshot(built.path) == before
+    assert _leftovers(built.path.parent) == []
+
+
+def _snapshot(root):
+    return {p.relative_to(root).as_posix(): (p.read_bytes() if p.is_file() else None) for p in sorted(root.rglob("*"))}
+
+
+def test_folder_that_only_looks_like_a_bundle_is_not_replaced(tmp_path, sources, quiet):
+    """The issue's reproduction: files merely named bundle.json and CHECKSUMS.sha256 prove nothing."""
+    d = tmp_path / "d"
+    d.mkdir()
+    for name, text in (("bundle.json", "junk\n"), ("CHECKSUMS.sha256", "junk\n"), ("important.txt", "precious\n")):
+        (d / name).write_text(text)
+    with pytest.raises(BundleError) as err:
+        build_bundle(target="gb10", out=d, sources=sources, console=quiet)
+    assert "important.txt" in err.value.message and "refusing to replace it" in err.value.message
+    assert (d / "important.txt").read_text() == "precious\n"
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".")) == []
+
+
+def test_folder_whose_manifest_lists_its_files_but_no_bundle_json_is_not_a_bundle(tmp_path, sources, quiet):
+    d = tmp_path / "sums"
+    d.mkdir()
+    (d / "paper.pdf").write_bytes(b"%PDF")
+    (d / "CHECKSUMS.sha256").write_text(f"{hashlib.sha256(b'%PDF').hexdigest()}  paper.pdf\n")
+    with pytest.raises(BundleError, match="does not list bundle.json"):
+        build_bundle(target="gb10", out=d, sources=sources, console=quiet)
+    assert (d / "paper.pdf").read_bytes() == b"%PDF"
 
 
 def test_refuses_to_overwrite_a_non_bundle(tmp_path, sources, quiet):
     mine = tmp_path / "mine"
     mine.mkdir()
     (mine / "thesis.tex").write_text("precious")
-    with pytest.raises(BundleError, match="not a bundle; refusing to overwrite"):
+    with pytest.raises(BundleError, match="refusing to replace it"):
         build_bundle(target="gb10", out=mine, sources=sources, console=quiet)
     assert _tree(mine) == ["thesis.tex"]
     empty = tmp_path / "empty"
@@ -131,6 +180,21 @@ def test_refuses_to_overwrite_a_non_bundle(tmp_path, sources, quiet):
     assert build_bundle(target="gb10", out=empty, sources=sources, console=quiet).path == empty
     with pytest.raises(BundleError, match="not a directory"):
         build_bundle(target="gb10", out=mine / "thesis.tex", sources=sources, console=quiet)
+
+
+@pytest.mark.parametrize(
+    "inside",
+    [lambda s: s.patches_dir / "out", lambda s: s.evidence_root, lambda s: REPO_ROOT / "bundle/patches/out",
+     lambda s: REPO_ROOT / "evidence/kernels/out", lambda s: REPO_ROOT / "targets/x", lambda s: REPO_ROOT / "builder"],
+    ids=["test-patches", "test-evidence", "repo-patches", "repo-evidence", "targets", "builder"],
+)
+def test_out_inside_the_sources_is_refused(sources, quiet, inside):
+    out = inside(sources)
+    existed = out.exists()
+    with pytest.raises(BundleError, match="which the bundle is made from; refusing to write there"):
+        build_bundle(target="gb10", out=out, sources=sources, console=quiet)
+    assert out.exists() == existed
+    assert not out.parent.exists() or not any(STAGE_MARK in p.name for p in out.parent.iterdir())
 
 
 def test_symlink_in_sources_is_refused(tmp_path, sources, quiet):
@@ -147,4 +211,58 @@ def test_cli_errors_exit_with_their_codes(tmp_path, run_cli):
     (tmp_path / "mine").mkdir()
     (tmp_path / "mine" / "a.txt").write_text("a")
     code, _, err = run_cli("bundle", "--target", "h200", "--out", str(tmp_path / "mine"))
-    assert code == BundleError.exit_code == 4 and "refusing to overwrite" in " ".join(err.split())
+    assert code == BundleError.exit_code == 4 and "refusing to replace it" in " ".join(err.split())
+    assert "a.txt" in err
+
+
+def test_full_filesystem_is_a_clear_error_and_keeps_the_previous_bundle(tmpfs, sources, quiet, run_cli):
+    out = tmpfs.path / "gb10"
+    build_bundle(target="gb10", out=out, sources=sources, console=quiet)
+    before = _snapshot(out)
+    tmpfs.remount(f"size={tmpfs.used_bytes() + 8192}")  # room for a few files, not for a second bundle
+    with pytest.raises(BundleError) as err:
+        build_bundle(target="gb10", out=out, sources=sources, console=quiet)
+    assert "No space left on device" in err.value.message and "nothing was replaced" in err.value.message
+    assert "free space" in err.value.hint
+    assert _snapshot(out) == before and verify_bundle(out).ok
+    assert _leftovers(tmpfs.path) == []
+    code, _, text = run_cli("bundle", "--target", "gb10", "--out", str(out))
+    assert code == 4 and "No space left on device" in " ".join(text.split())
+
+
+def test_read_only_filesystem_is_a_clear_error(tmpfs, sources, quiet, run_cli):
+    out = tmpfs.path / "gb10"
+    build_bundle(target="gb10", out=out, sources=sources, console=quiet)
+    before = _snapshot(out)
+    tmpfs.remount("ro")
+    code, _, text = run_cli("bundle", "--target", "gb10", "--out", str(out))
+    assert code == 4, text
+    assert "Read-only file system" in text and "read-only" in text.split("fix:")[1]
+    code, _, text = run_cli("bundle", "--target", "gb10", "--out", str(tmpfs.path / "new" / "gb10"))
+    assert code == 4 and "Read-only file system" in text
+    assert _snapshot(out) == before
+
+
+@pytest.mark.parametrize("rel", ["thesis.tex/gb10", "thesis.tex/sub/gb10"])
+def test_path_component_that_is_a_file_is_a_clear_error(tmp_path, run_cli, rel):
+    (tmp_path / "thesis.tex").write_text("precious")
+    code, _, text = run_cli("bundle", "--target", "gb10", "--out", str(tmp_path / rel))
+    assert code == 4, text
+    assert "is a file, not a folder" in " ".join(text.split())
+    assert (tmp_path / "thesis.tex").read_text() == "precious"
+
+
+@pytest.mark.parametrize(
+    ("name", "data"),
+    [("golden_probes.json", '{"gate": "golden_probes", "summary": "Gr\u00fc\u00dfe"}'.encode("latin-1")),
+     ("battery.json", b"[" * 20000 + b"]" * 20000),
+     ("bench-decode.json", b"\xff\xfe{"),
+     ("bench-prefill.json", b"[" * 20000 + b"]" * 20000)],
+    ids=["gate-latin1", "gate-deep", "bench-not-utf8", "bench-deep"],
+)
+def test_unreadable_evidence_is_a_clear_error_not_a_traceback(tmp_path, sources, name, data):
+    """Evidence files are inputs like target files: bad bytes or absurd nesting name the file."""
+    (sources.evidence_root / "gb10" / name).write_bytes(data)
+    with pytest.raises((MeasureError, RenderError), match=f"gb10/{name}: not valid JSON"):
+        build_bundle(target="gb10", out=tmp_path / "out", sources=sources, console=Console(quiet=True))
+    assert not (tmp_path / "out").exists()

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import os
+import re
 import shutil
+import subprocess
 
 import pytest
 
 from builder.bundle import verify_bundle
-from builder.bundle.checksums import list_files, manifest_text
+from builder.checksums import list_files, manifest_text
 from builder.errors import ChecksumMismatch, MalformedManifest, UnsafeManifest
 
 SHA = "0" * 64
@@ -35,14 +37,16 @@ def test_clean_bundle_verifies(built, run_cli):
         (lambda r: (r / "evidence/extra.json").write_text("{}"), "unexpected", "evidence/extra.json"),
         (lambda r: _write(r / "launch/__pycache__/x.pyc", ""),
          "unexpected", "launch/__pycache__/x.pyc"),
+        (lambda r: (r / "evidence/empty").mkdir(), "unexpected", "evidence/empty/"),
+        (lambda r: (r / "a/b").mkdir(parents=True), "unexpected", "a/b/"),
     ],
-    ids=["modified", "missing", "unexpected", "unexpected-cache"],
+    ids=["modified", "missing", "unexpected", "unexpected-cache", "empty-dir", "nested-empty-dir"],
 )
 def test_content_tamper(built, run_cli, tamper, kind, path):
     tamper(built.path)
     report = verify_bundle(built.path)
     assert not report.ok and report.problems() == [(kind, path)]
-    with pytest.raises(ChecksumMismatch, match=f"{kind} {path}"):
+    with pytest.raises(ChecksumMismatch, match=re.escape(f"{kind} {path}")):
         report.raise_for_problems()
     code, out, err = run_cli("verify", str(built.path))
     assert code == ChecksumMismatch.exit_code == 11
@@ -63,6 +67,18 @@ def _symlink_dir(root):
     os.symlink(root.parent / "patches.outside", root / "patches")
 
 
+def _to_crlf(root):
+    """The manifest as a Windows checkout (git core.autocrlf) leaves it; sha256sum 9.x accepts it."""
+    path = root / "CHECKSUMS.sha256"
+    path.write_bytes(path.read_bytes().replace(b"\n", b"\r\n"))
+
+
+def _fifo(root):
+    """A FIFO listed with some hash: `sha256sum -c` blocks reading it; verify must not open it."""
+    os.mkfifo(root / "launch/pipe")
+    _append_line(root, f"{SHA}  launch/pipe")
+
+
 @pytest.mark.parametrize(
     ("tamper", "exc", "message"),
     [
@@ -75,9 +91,11 @@ def _symlink_dir(root):
         (lambda r: _append_line(r, f"{SHA}  README.md"), MalformedManifest, "listed twice"),
         (lambda r: (r / "CHECKSUMS.sha256").unlink(), MalformedManifest, "no CHECKSUMS.sha256"),
         (lambda r: _rehash(r, bundle_json="{}"), MalformedManifest, "bundle manifest"),
+        (_to_crlf, MalformedManifest, "CRLF line ending"),
+        (_fifo, UnsafeManifest, "not a regular file"),
     ],
     ids=["absolute", "dotdot", "dotdot-inner", "symlink-file", "symlink-dir", "bad-line", "duplicate",
-         "no-manifest", "bad-bundle-json"],
+         "no-manifest", "bad-bundle-json", "crlf", "fifo"],
 )
 def test_manifest_tamper(built, run_cli, tamper, exc, message):
     tamper(built.path)
@@ -107,3 +125,19 @@ def test_json_report(built, run_cli):
     (built.path / "README.md").write_text("edited")
     code, out, _ = run_cli("verify", "--json", str(built.path))
     assert code == 11 and '"modified": [\n    "README.md"\n  ]' in out
+
+
+def test_crlf_manifest_is_refused_although_sha256sum_accepts_it(built):
+    """The two checks differ here on purpose (README, Verify): say so by testing both."""
+    _to_crlf(built.path)
+    check = subprocess.run(["sha256sum", "-c", "--strict", "CHECKSUMS.sha256"], cwd=built.path, capture_output=True)
+    assert check.returncode == 0
+    with pytest.raises(MalformedManifest, match=r"CHECKSUMS.sha256:1: CRLF line ending"):
+        verify_bundle(built.path)
+
+
+def test_empty_directory_is_unexpected_although_sha256sum_passes(built):
+    (built.path / "launch/drafts").mkdir()
+    check = subprocess.run(["sha256sum", "-c", "--strict", "CHECKSUMS.sha256"], cwd=built.path, capture_output=True)
+    assert check.returncode == 0
+    assert verify_bundle(built.path).problems() == [("unexpected", "launch/drafts/")]

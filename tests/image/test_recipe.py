@@ -9,7 +9,7 @@ from builder.constants import OCI_LABEL_PREFIX, QFN_LABEL_PREFIX
 from builder.errors import DockerError, ImagePinError
 from builder.image import build_recipe
 from builder.image.context import assemble_context
-from builder.bundle.checksums import tree_digest
+from builder.checksums import tree_digest
 from builder.image.labels import image_labels
 from tests.conftest import FAKE_DIGEST
 

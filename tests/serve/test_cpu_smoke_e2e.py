@@ -93,7 +93,7 @@ def test_serve_wait_stream_paris_and_stop(built, pinned_target, free_port, docke
         assert "Paris" in text, text
     finally:
         removed = stop(target=cfg.target.name, name=name)
-    assert removed == [name]
+    assert removed == name
     left = docker_client.containers.list(all=True, filters={"label": f"{SERVE_LABEL}=cpu-smoke", "name": name})
     assert left == []
 

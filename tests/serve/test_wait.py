@@ -4,12 +4,17 @@ from __future__ import annotations
 
 import http.server
 import json
+import os
+import signal
 import subprocess
 import sys
 import threading
+import time
+from pathlib import Path
 
 import pytest
 
+from builder.constants import REPO_ROOT
 from builder.errors import ServeError
 from builder.serve.wait import wait_ready
 
@@ -106,3 +111,206 @@ def test_cli_wait_needs_a_name(free_port):
     )
     assert proc.returncode == 40
     assert "--served-name" in proc.stderr
+
+
+class _RawServer:
+    """A local server whose answer to each path is raw bytes written by a function: slow, silent,
+    trickling or malformed on purpose. `stop` ends every handler still sending."""
+
+    def __init__(self, routes):
+        self.routes = routes
+        self.closing = threading.Event()
+        self.asked = threading.Event()  # set once a request has arrived
+        outer = self
+
+        class H(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def do_GET(self):
+                outer.asked.set()
+                outer.routes.get(self.path, _send(404, b""))(self, outer.closing)
+
+            def log_message(self, *args):
+                pass
+
+        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), H)
+        self.httpd.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+
+    def stop(self):
+        self.closing.set()
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+def _send(status, body, headers=()):
+    def answer(h, closing):
+        h.send_response(status)
+        for k, v in headers:
+            h.send_header(k, v)
+        h.send_header("content-length", str(len(body)))
+        h.end_headers()
+        h.wfile.write(body)
+
+    return answer
+
+
+def _trickle(h, closing):
+    """Headers at once, then one body byte every 2 s, for ever."""
+    h.send_response(200)
+    h.send_header("content-length", "1000")
+    h.end_headers()
+    h.wfile.flush()
+    while not closing.wait(2.0):
+        h.wfile.write(b"x")
+        h.wfile.flush()
+
+
+def _trickle_headers(h, closing):
+    for byte in b"HTTP/1.1 200 OK\r\nX-Slow: " + b"y" * 1000:
+        if closing.wait(1.0):
+            return
+        h.wfile.write(bytes([byte]))
+        h.wfile.flush()
+
+
+def _silent(h, closing):
+    closing.wait(600)
+
+
+def _slow(h, closing):
+    if not closing.wait(4.0):
+        _send(200, b"")(h, closing)
+
+
+def _models(body: bytes):
+    return _send(200, body, [("content-type", "application/json")])
+
+
+HEALTHY = _send(200, b"")
+
+
+@pytest.fixture
+def raw():
+    servers = []
+
+    def start(routes):
+        servers.append(_RawServer(routes))
+        return servers[-1]
+
+    yield start
+    for s in servers:
+        s.stop()
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize(
+    "routes",
+    [
+        {"/health": _trickle},
+        {"/health": HEALTHY, "/v1/models": _trickle},
+        {"/health": _trickle_headers},
+        {"/health": _silent},
+        {"/health": _slow},
+    ],
+    ids=["trickled-health-body", "trickled-models-body", "trickled-headers", "silent", "slow"],
+)
+def test_the_timeout_is_a_deadline_whatever_the_server_does(raw, routes):
+    """The issue: a server trickling a byte every 2 s held `wait --timeout 6` for ever; silent
+    and slow ones overran it by ~7 s. Now it may overrun by at most one poll."""
+    server = raw(routes)
+    start = time.monotonic()
+    with pytest.raises(ServeError, match="not ready after 6 s"):
+        wait_ready(url=server.url, served_name="smol", timeout_s=6, poll_s=2.0)
+    elapsed = time.monotonic() - start
+    assert 6 <= elapsed <= 6 + 2.0, elapsed
+
+
+@pytest.mark.parametrize(
+    ("body", "said"),
+    [
+        (b"[]", "Input should be an object"),
+        (b'{"data": null}', "data: Input should be a valid array"),
+        (b'{"data": ["smol", "other"]}', "data.0: Input should be an object"),
+        (b'{"data": [{"id": "smol", "max_model_len": "2048"}]}', "data.0.max_model_len: Input should be a valid integer"),
+        (b'{"data": [{"id": "smol", "max_model_len": 2048.5}]}', "data.0.max_model_len: Input should be a valid integer"),
+        (b'{"data": [{"id": 7}]}', "data.0.id: Input should be a valid string"),
+        (b"<html>login</html>", "Invalid JSON"),
+    ],
+    ids=["list", "data-null", "strings", "len-string", "len-float", "id-int", "html"],
+)
+def test_a_body_that_is_not_a_model_list_is_a_clear_error_at_once(raw, run_cli, body, said):
+    server = raw({"/health": HEALTHY, "/v1/models": _models(body)})
+    start = time.monotonic()
+    code, _, err = run_cli("wait", "--url", server.url, "--served-name", "smol", "--timeout", "60")
+    err = " ".join(err.split())
+    assert code == ServeError.exit_code == 40, err
+    assert "/v1/models answered 200 but not with an OpenAI model list" in err and said in err
+    assert "Traceback" not in err and time.monotonic() - start < 30
+
+
+def test_bad_content_encoding_on_health_is_a_state_not_a_traceback(raw, run_cli):
+    server = raw({"/health": _send(200, b"not gzip", [("content-encoding", "gzip")])})
+    code, _, err = run_cli("wait", "--url", server.url, "--served-name", "smol", "--timeout", "2")
+    err = " ".join(err.split())
+    assert code == 40, err
+    assert "not ready after 2 s" in err and "/health answered a body that cannot be decoded" in err
+
+
+@pytest.mark.parametrize(
+    ("url", "said"),
+    [
+        ("127.0.0.1:8000", "has no scheme"),
+        ("localhost", "has no scheme"),
+        ("ftp://127.0.0.1:8000", "must be http or https"),
+        ("http://exa mple:8000", "is not a host name or IP address"),
+        ("http://[::1", "Invalid IPv6 URL"),
+        ("http://127.0.0.1:99999", "Port out of range"),
+        ("http://127.0.0.1:80:90", "Port could not be cast"),
+        ("http://:8000", "is not a host name"),
+        ("http://h/?q=1", "query or fragment"),
+    ],
+)
+def test_a_malformed_url_is_refused_before_any_request(run_cli, url, said):
+    code, _, err = run_cli("wait", "--url", url, "--served-name", "smol", "--timeout", "5")
+    err = " ".join(err.split())
+    assert code == 40, err
+    assert f"--url {url!r}" in err and said in err and "--url http://127.0.0.1:8000" in err
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize("value", ["nan", "inf", "-inf", "-1", "0"])
+def test_a_timeout_that_is_not_a_positive_number_is_refused(run_cli, free_port, value):
+    code, _, err = run_cli("wait", "--url", f"http://127.0.0.1:{free_port}", "--served-name", "smol", "--timeout", value)
+    assert code == 40, err
+    assert "--timeout must be a positive number of seconds" in " ".join(err.split())
+
+
+def test_ipv6_and_base_paths_are_accepted(raw):
+    server = raw({"/health": HEALTHY, "/v1/models": _models(b'{"data": [{"id": "smol"}]}')})
+    assert wait_ready(url=server.url + "/", served_name="smol", timeout_s=10).max_model_len is None
+
+
+@pytest.mark.timeout(60)
+def test_ctrl_c_ends_a_wait_on_a_silent_server_at_once(raw):
+    """The probe runs in a thread; the main thread's join must still take Ctrl-C at once."""
+    server = raw({"/health": _silent})
+    code = f"from builder.serve.wait import wait_ready; wait_ready(url={server.url!r}, served_name='x', timeout_s=600)"
+    proc = subprocess.Popen([sys.executable, "-c", code], stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "PYTHONPATH": str(REPO_ROOT)},
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    assert server.asked.wait(30), "the wait never reached the server"
+    time.sleep(0.5)  # inside the probe's join now
+    start = time.monotonic()
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=30)
+    assert time.monotonic() - start < 3, err
+    assert proc.returncode != 0 and "KeyboardInterrupt" in err
+
+
+def test_serve_refuses_a_bad_timeout_before_starting_anything(pinned):
+    from builder.serve import serve
+
+    with pytest.raises(ServeError, match="--timeout must be a positive number"):
+        serve(cfg=pinned("cpu-smoke"), model_dir=Path("/nonexistent"), timeout_s=float("nan"))

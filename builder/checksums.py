@@ -1,0 +1,211 @@
+"""sha256 manifests in `sha256sum` format: one writer, one parser and one folder check for
+bundles, render outputs and the repo.
+
+Format: `<64 lowercase hex>  <relative posix path>\\n`, sorted by path, LF line endings, so that
+`sha256sum -c --strict CHECKSUMS.sha256` run in the manifest's folder checks the listed files.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+from collections.abc import Callable
+from pathlib import Path, PurePosixPath
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from builder.constants import CHECKSUMS_NAME, EXCLUDED_NAMES, EXCLUDED_SUFFIXES
+from builder.errors import BuilderError, BundleError, MalformedManifest, UnsafeManifest, VerifyError
+from builder.hashing import sha256_file
+
+_LINE = re.compile(r"^(?P<sha>[0-9a-f]{64}) [ *](?P<path>.+)$")
+#: sha256sum escapes names holding these; we never write such names, so a manifest never needs escapes.
+_UNWRITABLE = ("\n", "\r", "\\")
+#: How many file names a refusal lists.
+_SHOWN = 10
+
+
+class ChecksumEntry(BaseModel):
+    model_config = ConfigDict(frozen=True)
+    sha256: str
+    path: str
+
+
+def is_excluded(rel: PurePosixPath) -> bool:
+    """Caches and editor/temp files are never shipped nor listed."""
+    return any(part in EXCLUDED_NAMES for part in rel.parts) or rel.name.endswith(EXCLUDED_SUFFIXES)
+
+
+def list_files(
+    root: Path, *, exclude_caches: bool = True, symlink_error: type[BuilderError] = BundleError
+) -> list[str]:
+    """Regular files under `root` as sorted relative posix paths; a symlink or special file is `symlink_error`."""
+    out = []
+    for dirpath, dirnames, filenames in os.walk(root):
+        here = Path(dirpath)
+        for name in sorted(dirnames + filenames):
+            path = here / name
+            rel = PurePosixPath(path.relative_to(root).as_posix())
+            if exclude_caches and is_excluded(rel):
+                continue
+            if path.is_symlink():
+                raise symlink_error(
+                    f"{path} is a symlink; bundles and checksummed sources hold regular files only",
+                    hint="replace the link with the file it points to, or remove it",
+                )
+            if name in filenames:
+                if not path.is_file():
+                    raise symlink_error(f"{path} is not a regular file (fifo, socket or device)", hint="remove it")
+                out.append(rel.as_posix())
+        if exclude_caches:
+            dirnames[:] = [d for d in dirnames if d not in EXCLUDED_NAMES]
+    return sorted(out)
+
+
+def empty_dirs(root: Path) -> list[str]:
+    """Folders under `root` with nothing in them, as 'path/': no manifest can list them, so verify names them."""
+    out = []
+    for dirpath, dirnames, filenames in os.walk(root):
+        if not dirnames and not filenames and Path(dirpath) != Path(root):
+            out.append(Path(dirpath).relative_to(root).as_posix() + "/")
+    return sorted(out)
+
+
+def manifest_text(root: Path, rels: list[str]) -> str:
+    lines = []
+    for rel in sorted(rels):
+        if any(c in rel for c in _UNWRITABLE):
+            raise BundleError(f"file name {rel!r} holds a newline or backslash", hint="rename the file")
+        lines.append(f"{sha256_file(root / rel)}  {rel}\n")
+    return "".join(lines)
+
+
+def tree_digest(root: Path) -> str | None:
+    """sha256 of the manifest of every file under `root` (None when there are none): one id for a file set."""
+    rels = list_files(root) if root.is_dir() else []
+    if not rels:
+        return None
+    return hashlib.sha256(manifest_text(root, rels).encode()).hexdigest()
+
+
+def check_safe_path(rel: str, *, source: str) -> None:
+    p = PurePosixPath(rel)
+    if p.is_absolute() or rel.startswith("/"):
+        raise UnsafeManifest(f"{source}: absolute path {rel!r}", hint="manifests list paths relative to their folder")
+    if ".." in p.parts:
+        raise UnsafeManifest(f"{source}: path {rel!r} climbs out with '..'", hint="manifests list paths inside their folder")
+
+
+def read_manifest_file(path: Path) -> list[ChecksumEntry]:
+    """Entries of a manifest file, read as bytes: a CRLF line must reach the parser to be refused."""
+    try:
+        text = path.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise MalformedManifest(f"{path}: not UTF-8 text", hint="rebuild the bundle") from exc
+    return parse_manifest(text, source=str(path))
+
+
+def parse_manifest(text: str, *, source: str) -> list[ChecksumEntry]:
+    """Entries of a manifest; a bad line is MalformedManifest, an absolute or '..' path UnsafeManifest."""
+    entries: dict[str, ChecksumEntry] = {}
+    lines = text.split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()
+    for n, line in enumerate(lines, 1):
+        m = _LINE.match(line)
+        if m is None:
+            raise MalformedManifest(
+                f"{source}:{n}: not '<sha256>  <path>': {line[:80]!r}",
+                hint="rebuild the bundle; the manifest is written by the builder",
+            )
+        rel = m["path"]
+        if "\r" in rel:
+            raise MalformedManifest(
+                f"{source}:{n}: CRLF line ending (the builder writes LF only, so the bundle was converted on the way, "
+                "e.g. by git core.autocrlf)",
+                hint="use the bundle as built (or re-download it without line-ending conversion), or rebuild it",
+            )
+        check_safe_path(rel, source=f"{source}:{n}")
+        if rel in entries:
+            raise MalformedManifest(f"{source}:{n}: {rel} is listed twice", hint="rebuild the bundle")
+        entries[rel] = ChecksumEntry(sha256=m["sha"], path=rel)
+    return list(entries.values())
+
+
+class FolderCheck(BaseModel):
+    """A folder compared with its CHECKSUMS.sha256."""
+
+    model_config = ConfigDict(frozen=True)
+    root: Path
+    listed: list[str] = Field(description="Paths the manifest lists.")
+    modified: list[str] = Field(default_factory=list)
+    missing: list[str] = Field(default_factory=list)
+    unexpected: list[str] = Field(
+        default_factory=list, description="Files present but not listed, and empty folders (named 'path/')."
+    )
+
+
+def check_folder(root: Path) -> FolderCheck:
+    """Compare `root` with its CHECKSUMS.sha256; MalformedManifest / UnsafeManifest when the manifest cannot be trusted."""
+    manifest_file = root / CHECKSUMS_NAME
+    if manifest_file.is_symlink():
+        raise UnsafeManifest(f"{manifest_file} is a symlink", hint="rebuild the bundle")
+    if not manifest_file.is_file():
+        raise MalformedManifest(
+            f"{root} has no {CHECKSUMS_NAME}; it is not a bundle", hint="pass a folder written by `builder bundle`"
+        )
+    entries = read_manifest_file(manifest_file)
+    # Walks every file, caches included: anything not listed is unexpected; any symlink is unsafe.
+    # Nothing is opened before that walk, so a FIFO is refused rather than read.
+    present = set(list_files(root, exclude_caches=False, symlink_error=UnsafeManifest)) - {CHECKSUMS_NAME}
+    modified, missing = [], []
+    for e in entries:
+        if e.path not in present:
+            missing.append(e.path)
+        elif sha256_file(root / e.path) != e.sha256:
+            modified.append(e.path)
+    listed = [e.path for e in entries]
+    return FolderCheck(
+        root=root,
+        listed=listed,
+        modified=sorted(modified),
+        missing=sorted(missing),
+        unexpected=sorted(present - set(listed)) + empty_dirs(root),
+    )
+
+
+def replace_refusal(root: Path, *, accept: Callable[[FolderCheck], str | None]) -> str | None:
+    """Why the non-empty folder `root` is not an output this builder wrote, or None when it is.
+
+    It is ours when it matches its CHECKSUMS.sha256 with nothing added and nothing changed (a
+    listed file that is missing loses nothing), and `accept` (the kind of output expected, e.g. a
+    bundle) finds no fault with it.
+    """
+    try:
+        check = check_folder(root)
+    except VerifyError as exc:
+        return f"is not an output of this builder ({exc.message}); it holds {folder_sample(root)}"
+    if check.unexpected:
+        return f"holds files its {CHECKSUMS_NAME} does not list: {name_files(check.unexpected)}"
+    if check.modified:
+        return f"holds files changed since it was written: {name_files(check.modified)}"
+    return accept(check)
+
+
+def folder_sample(root: Path) -> str:
+    """Some of the files (and empty folders) under `root`, for a refusal that names what is there."""
+    names: list[str] = []
+    for dirpath, dirnames, filenames in os.walk(root):
+        here = Path(dirpath)
+        if here != root and not dirnames and not filenames:
+            names.append(here.relative_to(root).as_posix() + "/")
+        names += [(here / n).relative_to(root).as_posix() for n in filenames]
+        if len(names) > _SHOWN:
+            break
+    return name_files(sorted(names))
+
+
+def name_files(paths: list[str]) -> str:
+    more = f" (+{len(paths) - _SHOWN} more)" if len(paths) > _SHOWN else ""
+    return ", ".join(paths[:_SHOWN]) + more
