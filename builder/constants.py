@@ -127,3 +127,14 @@ GATE_NAMES = ("golden_probes", "battery", "determinism", "needle", "prefix_cache
 PUBLISH_REQUIRED_GATES = GATE_NAMES
 #: A live server for tests/measure's live test ("http://host:port"); the test skips without it.
 ENV_MEASURE_URL = "QFN_MEASURE_URL"
+
+
+# --- plan (KV capacity planner) ---
+#: Per-model architecture facts the planner reads when no snapshot is given (one TOML per served name).
+ARCHITECTURES_DIR = Path(__file__).resolve().parent / "plan" / "architectures"
+#: The kv_pool gate's floor, when derived from the plan, sits this far below the planned pool: the
+#: planned pool rests on estimated budget terms (weights, activation, CUDA graphs) ...
+KV_POOL_FLOOR_MARGIN_ESTIMATED = 0.10
+#: ... or, when every budget term is known (CPU KV space, a pinned pool), only the 1% the planner
+#: is held to against measured pools (evidence/plan/).
+KV_POOL_FLOOR_MARGIN_EXACT = 0.01
