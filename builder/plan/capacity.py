@@ -57,6 +57,7 @@ def serving_setup(cfg: ReleaseConfig, arch: ModelArchitecture, *, prefix_caching
     k = (spec.num_speculative_tokens or 0) if spec.method else 0
     return ServingSetup(
         engine=engine.id,
+        on_gpu=cfg.target.gpu_count > 0,
         tensor_parallel_size=cfg.parallel.tensor_parallel_size,
         max_model_len=cfg.server.max_model_len,
         num_speculative_tokens=k,

@@ -96,12 +96,14 @@ def load_runs(path: Path = MEASURED_POOLS) -> list[RecordedRun]:
         raise ConfigError(f"{path}: {exc}", hint="fix the recorded-pool file") from exc
 
 
-def _tokens(pool: RecordedPool) -> int:
+def _recorded(pool: RecordedPool) -> tuple[int, int | None]:
+    """(tokens, block size) as recorded: inline, or from a kv_pool gate file's cache_config_info."""
     if pool.evidence is None:
         assert pool.tokens is not None, "a recorded pool needs tokens or evidence"
-        return pool.tokens
-    data = json.loads((REPO_ROOT / pool.evidence).read_text())
-    return int(data["observed"]["kv_pool_tokens"])
+        return pool.tokens, pool.block_size
+    observed = json.loads((REPO_ROOT / pool.evidence).read_text())["observed"]
+    block = observed.get("cache_config_info", {}).get("block_size")
+    return int(observed["kv_pool_tokens"]), int(block) if block else pool.block_size
 
 
 def check_run(run: RecordedRun) -> list[PoolCheck]:
@@ -117,7 +119,8 @@ def check_run(run: RecordedRun) -> list[PoolCheck]:
     update = {k: v for k, v in (("max_model_len", run.max_model_len), ("num_speculative_tokens", run.num_speculative_tokens)) if v is not None}
     setup = setup.model_copy(update=update)
     layout = load_layout()
-    measured = {p.kv_cache_dtype: _tokens(p) for p in run.pool}
+    recorded = {p.kv_cache_dtype: _recorded(p) for p in run.pool}
+    measured = {d: tokens for d, (tokens, _) in recorded.items()}
     if run.budget == "solve":
         layout_only = plan_dtype(arch, setup, kv_cache_dtype=run.solve_from, kv_bytes=None, layout=layout)
         blocks, exact = blocks_for_pool(layout_only, tokens=measured[run.solve_from], max_model_len=setup.max_model_len)
@@ -141,7 +144,7 @@ def check_run(run: RecordedRun) -> list[PoolCheck]:
         checks.append(PoolCheck(
             run=run.name, engine=run.engine, source=run.source, kv_cache_dtype=pool.kv_cache_dtype,
             label=pool.label or pool.kv_cache_dtype, measured_tokens=measured[pool.kv_cache_dtype],
-            measured_tokens_high=pool.tokens_high, measured_block_size=pool.block_size,
+            measured_tokens_high=pool.tokens_high, measured_block_size=recorded[pool.kv_cache_dtype][1],
             planned_tokens=planned.pool_tokens, planned_tokens_high=high if high != planned.pool_tokens else None,
             planned_block_size=planned.block_size, kv_bytes=kv_bytes, kv_bytes_high=kv_bytes_high, budget=basis,
             used_to_solve_budget=run.budget == "solve" and pool.kv_cache_dtype == run.solve_from, tolerance=run.tolerance,
