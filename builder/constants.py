@@ -44,6 +44,9 @@ LAUNCH_SCRIPT_NAME = "launch/run_qsa_int8kv.sh"
 LAUNCH_ENV_DOC_NAME = "launch/ENV.md"
 CARD_NAME = "README.md"
 BUNDLE_MANIFEST_NAME = "bundle.json"
+#: evidence/kernels/ holds the patched kernels' GPU tests, accuracy and benchmarks: they belong
+#: to every bundle that ships the patch series, whatever its target.
+KERNEL_EVIDENCE = "kernels"
 #: Evidence files whose names start with this are benchmark results, not gates.
 BENCH_EVIDENCE_GLOB = "bench-*.json"
 #: Never copied into a bundle nor listed in a checksum manifest.

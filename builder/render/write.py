@@ -6,9 +6,9 @@ from pathlib import Path
 
 from builder.atomic import replace_dir
 from builder.config import launch_plan, load_target
-from builder.constants import CARD_NAME, EVIDENCE_DIR, LAUNCH_SCRIPT_NAME
+from builder.constants import CARD_NAME, EVIDENCE_DIR, KERNEL_EVIDENCE, LAUNCH_SCRIPT_NAME
 from builder.errors import RenderError
-from builder.render.card import card_context, render_card
+from builder.render.card import card_context, plan_for_card, render_card
 from builder.render.environment import make_environment
 from builder.render.launch import render_launch
 
@@ -32,8 +32,11 @@ def render_to(*, target: str, out: Path, evidence_root: Path = EVIDENCE_DIR) -> 
     plan = launch_plan(cfg)
     env = make_environment()
     files = render_launch(cfg=cfg, plan=plan, env=env)
+    capacity, capacity_error = plan_for_card(cfg)
     ctx = card_context(
-        cfg=cfg, plan=plan, evidence_dir=evidence_root / cfg.target.name, files=[*files, CARD_NAME]
+        cfg=cfg, plan=plan, evidence_dir=evidence_root / cfg.target.name, files=[*files, CARD_NAME],
+        capacity=capacity, capacity_error=capacity_error,
+        kernels_dir=evidence_root / KERNEL_EVIDENCE if cfg.patches.apply else None,
     )
     files[CARD_NAME] = render_card(ctx, env=env)
     with replace_dir(
