@@ -30,7 +30,6 @@ import importlib.abc
 import importlib.machinery
 import itertools
 import json
-import math
 import sys
 import types
 from dataclasses import replace

@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from builder.config.models import Gates, ReleaseConfig
 from builder.constants import EXPECTATIONS_DIR, KV_POOL_FLOOR_MARGIN_ESTIMATED, KV_POOL_FLOOR_MARGIN_EXACT
 from builder.errors import BuilderError, ConfigError
+from builder.plan import plan_target
 
 
 #: Needle length on long-context targets (the seed bundle's 128K), capped by the context.
@@ -58,8 +59,6 @@ class GateSettings(BaseModel):
 
 def planned_pool(cfg: ReleaseConfig) -> PlannedPool:
     """builder.plan's pool for the configured KV dtype (its budget as the target launches)."""
-    from builder.plan import plan_target
-
     plan = plan_target(cfg, kv_dtypes=[cfg.kv_cache.dtype])
     d = plan.dtypes[0]
     return PlannedPool(

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, computed_field
 
 from builder.config import ReleaseConfig
 from builder.errors import ConfigError
@@ -42,14 +42,17 @@ class KVBudget(BaseModel):
 
     terms: list[BudgetTerm]
 
+    @computed_field  # type: ignore[prop-decorator]
     @property
     def kv_bytes(self) -> int:
         return max(0, sum(t.bytes for t in self.terms))
 
+    @computed_field  # type: ignore[prop-decorator]
     @property
     def exact(self) -> bool:
         return not any(t.basis in UNCERTAIN for t in self.terms)
 
+    @computed_field  # type: ignore[prop-decorator]
     @property
     def uncertain_terms(self) -> list[str]:
         return [t.name for t in self.terms if t.basis in UNCERTAIN]

@@ -18,7 +18,7 @@ from builder.plan.architecture import (
     load_model_dir,
 )
 from builder.plan.budget import KVBudget, kv_budget
-from builder.plan.grouping import CacheBucket
+from builder.plan.grouping import CacheBucket, cdiv
 from builder.plan.layout import load_layout
 from builder.plan.models import CapacityPlan, DtypePlan, ServingSetup
 from builder.plan.weights import snapshot_weights
@@ -72,10 +72,6 @@ def serving_setup(cfg: ReleaseConfig, arch: ModelArchitecture, *, prefix_caching
     )
 
 
-def _cdiv(a: int, b: int) -> int:
-    return -(-a // b)
-
-
 def plan_dtype(arch: ModelArchitecture, setup: ServingSetup, *, kv_cache_dtype: str, kv_bytes: int | None,
                layout: ModuleType, configured: bool = False) -> DtypePlan:
     """Layout and pool of one KV dtype on one GPU; ``kv_bytes`` None gives the layout only (pool 0)."""
@@ -90,7 +86,7 @@ def plan_dtype(arch: ModelArchitecture, setup: ServingSetup, *, kv_cache_dtype: 
         block, step, state_page = setup.start_block_size, setup.start_block_size, None
         layers, ck_page = arch.attention_layers, 0
         buckets = [CacheBucket(name="attention", pages={kv_page(block): layers}, state=False,
-                               pages_per_request=_cdiv(setup.max_model_len, block))]
+                               pages_per_request=cdiv(setup.max_model_len, block))]
     else:
         assert arch.gdn is not None and arch.indexer is not None and arch.ple is not None
         state_page = max(
@@ -116,7 +112,7 @@ def plan_dtype(arch: ModelArchitecture, setup: ServingSetup, *, kv_cache_dtype: 
         state_pages = (2 + k + (1 if checkpoint else 0)) if align_mode else 1 + k
         buckets = [
             CacheBucket(name="attention", pages=dict(Counter({main: layers}) + Counter({ck_page: layers})), state=False,
-                        pages_per_request=_cdiv(setup.max_model_len, block)),
+                        pages_per_request=cdiv(setup.max_model_len, block)),
             CacheBucket(name="indexer ring", pages={pages.ring_page_bytes(arch.indexer, num_speculative_tokens=k): layers},
                         state=True, pages_per_request=1),
             # State pages are padded to the attention page (mamba_page_size_padded).

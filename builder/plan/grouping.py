@@ -19,7 +19,7 @@ from collections import Counter
 from pydantic import BaseModel, ConfigDict, Field
 
 
-def _cdiv(a: int, b: int) -> int:
+def cdiv(a: int, b: int) -> int:
     return -(-a // b)
 
 
@@ -83,10 +83,10 @@ def packed_groups(buckets: list[CacheBucket]) -> list[CacheGroup]:
                if min_repeats else None)
 
     def groups_for(b: CacheBucket) -> int:
-        return _cdiv(b.max_layers_per_page, repeats) if b.balanced and repeats is not None else 1
+        return cdiv(b.max_layers_per_page, repeats) if b.balanced and repeats is not None else 1
 
     def widest(b: CacheBucket, n: int) -> int:
-        return sum(_cdiv(count, n) * page for page, count in b.pages.items())
+        return sum(cdiv(count, n) * page for page, count in b.pages.items())
 
     anchor = max((widest(b, b.layers if b.state else groups_for(b)) for b in buckets), default=0)
     groups: list[CacheGroup] = []
@@ -95,7 +95,7 @@ def packed_groups(buckets: list[CacheBucket]) -> list[CacheGroup]:
         if anchor and b.state:
             # A state group holds only the states a block already fits (it never widens the block).
             first_page = next(iter(b.pages))
-            n = max(n, _cdiv(b.layers, max(anchor // first_page, 1)))
+            n = max(n, cdiv(b.layers, max(anchor // first_page, 1)))
         if n == 1:
             groups += uniform_groups(b)
             continue

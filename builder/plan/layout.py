@@ -8,9 +8,7 @@ extracted from the diff that creates the file, so its page bytes cannot drift fr
 
 from __future__ import annotations
 
-import importlib.util
 import re
-import sys
 from functools import lru_cache
 from pathlib import Path
 from types import ModuleType
@@ -51,14 +49,10 @@ def layout_source(patches_dir: Path = PATCHES_DIR) -> str:
 
 @lru_cache(maxsize=4)
 def load_layout(patches_dir: Path = PATCHES_DIR) -> ModuleType:
-    """qsa_kv_layout.py from the series, imported under a private name (it imports no torch at top level)."""
-    name = f"_qfn_plan_qsa_kv_layout_{abs(hash(str(patches_dir)))}"
-    spec = importlib.util.spec_from_loader(name, loader=None, origin=f"{patches_dir}:{LAYOUT_RELPATH}")
-    assert spec is not None
-    module = importlib.util.module_from_spec(spec)
+    """qsa_kv_layout.py from the series as a module (it imports no torch at top level)."""
+    module = ModuleType("qsa_kv_layout_from_series")
     code = compile(layout_source(patches_dir), f"{patches_dir}/<series>/{LAYOUT_RELPATH}", "exec")
-    sys.modules[name] = module  # dataclass-style introspection needs the module registered
-    exec(code, module.__dict__)  # noqa: S102 - the project's own patch code, the point of this module
+    exec(code, module.__dict__)  # noqa: S102 - the project's own patch code: the point of this module
     for fn in ("int8_page_size_bytes", "int8_scale_bytes_per_block"):
         if not callable(getattr(module, fn, None)):
             raise PatchError(f"{LAYOUT_RELPATH} in the series has no {fn}()", hint="the planner sizes int8 pages with it")

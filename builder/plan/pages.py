@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from math import prod
 from types import ModuleType
-from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
@@ -106,6 +105,3 @@ def ple_state_bytes(ple: PerLayerEmbedding, *, num_speculative_tokens: int, mode
     """Qwen4Exp PLE short-conv state: hidden * hc_count channels, dilated window, replicated on every rank."""
     conv_state_len = (ple.conv_kernel - 1) * ple.ngram_size
     return prod((ple.hidden_size * ple.hc_count, conv_state_len + num_speculative_tokens)) * DTYPE_BYTES[model_dtype]
-
-
-StateKind = Literal["gdn", "ple"]

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import json
-
 from rich.console import Group
 from rich.table import Table
 from rich.text import Text
@@ -56,7 +54,4 @@ def plan_renderable(plan: CapacityPlan) -> Group:
 
 
 def plan_json(plan: CapacityPlan) -> str:
-    data = plan.model_dump(mode="json")
-    data["budget"]["kv_bytes"] = plan.budget.kv_bytes
-    data["budget"]["exact"] = plan.budget.exact
-    return json.dumps(data, indent=2) + "\n"
+    return plan.model_dump_json(indent=2) + "\n"

@@ -26,8 +26,9 @@ from builder.constants import (
     LAUNCH_ENV_DOC_NAME,
     LAUNCH_SCRIPT_NAME,
 )
-from builder.errors import RenderError
+from builder.errors import BuilderError, RenderError
 from builder.measure.evidence import load_gate_evidence
+from builder.plan import plan_target
 from builder.plan.models import CapacityPlan
 from builder.render.capacity import CapacitySection, capacity_section
 from builder.render.environment import make_environment, render_template
@@ -248,9 +249,6 @@ def card_context(
 
 def plan_for_card(cfg: ReleaseConfig) -> tuple[CapacityPlan | None, str | None]:
     """builder.plan's plan of the target as it launches, or why there is none (the card says so)."""
-    from builder.errors import BuilderError
-    from builder.plan import plan_target
-
     try:
         return plan_target(cfg), None
     except BuilderError as exc:

@@ -83,3 +83,17 @@ def test_a_broken_safetensors_file_is_a_config_error(tmp_path):
     (tmp_path / "bad.safetensors").write_bytes((4).to_bytes(8, "little") + b"nope")
     with pytest.raises(ConfigError, match="not JSON"):
         snapshot_weights(tmp_path, ple_offload=True)
+
+
+def test_plan_from_a_snapshot_uses_its_config_and_its_weights(tmp_path):
+    import shutil
+    from pathlib import Path
+
+    from builder.plan import plan_target
+
+    snap = _snapshot(tmp_path)
+    shutil.copy(Path(__file__).parent / "fixtures" / "qwen4-exp-synthetic" / "config.json", snap / "config.json")
+    plan = plan_target(load_target("h200"), model_dir=snap)
+    assert plan.architecture_source.endswith("config.json") and plan.dtypes[0].attention_layers == 2 + 1  # + MTP
+    weights = next(t for t in plan.budget.terms if t.name == "weights on this GPU")
+    assert (weights.bytes, weights.basis) == (-10_400, "snapshot")  # the PLE table stays on the host
