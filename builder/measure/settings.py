@@ -9,7 +9,6 @@ from __future__ import annotations
 import re
 import tomllib
 from pathlib import Path
-
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator

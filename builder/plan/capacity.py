@@ -24,7 +24,6 @@ from builder.plan.models import CapacityPlan, DtypePlan, ServingSetup
 from builder.plan.weights import snapshot_weights
 
 NO_PREFIX_CACHING_FLAG = "--no-enable-prefix-caching"
-PREFIX_CACHING_FLAG = "--enable-prefix-caching"
 
 
 def _flag_value(args: list[str], flag: str) -> str | None:
