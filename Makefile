@@ -33,6 +33,10 @@ bundle: $(STAMP)
 render: $(STAMP)
 	$(BIN)/python -m builder render --target $(TARGET) --out $(RENDER_OUT)
 
+.PHONY: plan
+plan: $(STAMP)
+	$(BIN)/python -m builder plan --target $(TARGET)
+
 # Rerun whenever bundle/, evidence/, Dockerfile or docker/ change: the tests check the file.
 checksums: $(STAMP)
 	$(BIN)/python -m builder checksums

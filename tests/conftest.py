@@ -153,3 +153,23 @@ def tmpfs(tmp_path):
         yield Tmpfs(mnt)
     finally:
         subprocess.run(["umount", "-l", str(mnt)], check=True)
+
+
+@pytest.fixture(scope="session")
+def engine_src() -> Path:
+    """The verified vllm==0.33.0 sources (downloads ~336 MB once, then cached)."""
+    from builder.patches.engine import fetch_engine
+
+    return fetch_engine().src_dir
+
+
+@pytest.fixture(scope="session")
+def patched_tree(engine_src: Path, tmp_path_factory) -> Path:
+    """A copy of the real QSA sources with the series applied through apply_series."""
+    from builder.constants import ENGINE_QSA_DIR, PATCHES_DIR
+    from builder.patches.apply import apply_series
+
+    root = tmp_path_factory.mktemp("patched")
+    shutil.copytree(engine_src / ENGINE_QSA_DIR, root / ENGINE_QSA_DIR)
+    apply_series(target=root, patches_dir=PATCHES_DIR)
+    return root

@@ -20,18 +20,16 @@ from builder.constants import (
     CARD_NAME,
     CHECKSUMS_NAME,
     EVIDENCE_DIR,
+    KERNEL_EVIDENCE,
     PATCHES_DIR,
     SOURCE_TREES,
 )
 from builder.errors import BundleError
-from builder.render import card_context, make_environment, render_card, render_launch
+from builder.render import card_context, make_environment, plan_for_card, render_card, render_launch
 from builder.render.write import write_text_files
 
 BUNDLE_PATCHES = "patches"
 BUNDLE_EVIDENCE = "evidence"
-#: evidence/kernels/ holds the patched kernels' GPU tests, accuracy and benchmarks: they belong
-#: to every bundle that ships the patch series, whatever its target.
-KERNEL_EVIDENCE = "kernels"
 
 
 class BundleSources(BaseModel):
@@ -104,7 +102,10 @@ def build_bundle(
             copy_file(sources.benchmark, stage / sources.benchmark.name)
         step(4)
         listed = [*list_files(stage), CARD_NAME, BUNDLE_MANIFEST_NAME, CHECKSUMS_NAME]
-        ctx = card_context(cfg=cfg, plan=plan, evidence_dir=evidence_dir, files=listed)
+        capacity, capacity_error = plan_for_card(cfg)
+        kernels = sources.evidence_root / KERNEL_EVIDENCE if cfg.patches.apply else None
+        ctx = card_context(cfg=cfg, plan=plan, evidence_dir=evidence_dir, files=listed, capacity=capacity,
+                           capacity_error=capacity_error, kernels_dir=kernels)
         write_text_files(stage, {CARD_NAME: render_card(ctx, env=env)})
         manifest = make_manifest(cfg, patch_series_sha256=tree_digest(stage / BUNDLE_PATCHES))
         (stage / BUNDLE_MANIFEST_NAME).write_text(manifest.model_dump_json(indent=2) + "\n")

@@ -33,6 +33,15 @@ class EngineProfile(StrictModel):
         default=False,
         description="Whether the engine can memory-map the PLE table instead of pinning it in host RAM.",
     )
+    kv_cache_dtypes: tuple[str, ...] = Field(
+        description="KV cache dtypes (--kv-cache-dtype values) this engine serves the model with; "
+        "int8_per_token_head only where the patch series is applied. `builder plan` sizes each."
+    )
+    kv_block_size: int | None = Field(
+        default=None,
+        description="Tokens per KV block the engine starts from before hybrid page alignment; None when "
+        "the capacity planner does not model this engine's allocator.",
+    )
     api_server_module: str = Field(
         default="vllm.entrypoints.openai.api_server",
         description="Module started with `python -m`; avoids the `vllm` console script, which "
@@ -49,6 +58,9 @@ ENGINE_PROFILES: dict[str, EngineProfile] = {
             version=ENGINE_UPSTREAM_VERSION,
             int8_patch_set=True,
             ple_style="engram",
+            kv_cache_dtypes=("bfloat16", "fp8_e4m3", "int8_per_token_head"),
+            # CacheConfig.DEFAULT_BLOCK_SIZE; the QSA backend takes MultipleOf(16).
+            kv_block_size=16,
         ),
         EngineProfile(
             id="vllm-fork-preview",
@@ -57,6 +69,7 @@ ENGINE_PROFILES: dict[str, EngineProfile] = {
             int8_patch_set=False,
             ple_style="env",
             ple_mmap=True,
+            kv_cache_dtypes=("bfloat16", "fp8_e4m3"),
         ),
         EngineProfile(
             id="vllm-cpu-0.32.0",
@@ -64,6 +77,10 @@ ENGINE_PROFILES: dict[str, EngineProfile] = {
             version="0.32.0",
             int8_patch_set=False,
             ple_style="none",
+            # fp8 and int8 need AVX-512 or AMX in vllm-cpu (evidence/cpu-smoke/fp8-refused/server.log).
+            kv_cache_dtypes=("auto", "bfloat16"),
+            # block_size in vllm:cache_config_info of the cpu-smoke runs (evidence/cpu-smoke/kv_pool.json).
+            kv_block_size=128,
         ),
     )
 }

@@ -26,7 +26,7 @@ from builder.measure.core import bench
 from builder.measure.evidence import GateEvidence, ServerInfo, now, write_json_atomic
 from builder.measure.report import make_console
 from builder.measure.server import probe
-from builder.measure.settings import Expectations, GateSettings, Probe, RecallTask, load_expectations
+from builder.measure.settings import Expectations, GateSettings, PlannedPool, Probe, RecallTask, load_expectations
 
 # Room left in the context for the answer and the chat template's closing tokens.
 _ANSWER_ROOM = 64
@@ -243,8 +243,51 @@ async def gate_prefix_cache(ctx: GateContext) -> GateOutcome:
     )
 
 
+def _label_int(info: dict[str, str], key: str) -> int | None:
+    value = info.get(key)
+    return None if value in (None, "", "None") else int(value)
+
+
+def measured_vs_planned(tokens: int, info: dict[str, str], plan: PlannedPool) -> dict[str, Any]:
+    """The measured pool next to builder.plan's. With the server's block count and block size
+    (cache_config_info), the layout is checked on its own, apart from the estimated budget: the
+    pool the plan's layout gives for the server's blocks, and the KV memory those blocks imply."""
+    out: dict[str, Any] = {
+        "planned_tokens": plan.pool_tokens, "measured_over_planned": tokens / plan.pool_tokens if plan.pool_tokens else None,
+        "planned_block_size": plan.block_size, "planned_kv_bytes": plan.kv_bytes, "plan_budget_exact": plan.budget_exact,
+    }
+    blocks, block_size = _label_int(info, "num_gpu_blocks"), _label_int(info, "block_size")
+    if block_size is not None:
+        out["block_size_matches_plan"] = block_size == plan.block_size
+    if blocks is not None:
+        out["pool_from_server_blocks"] = int(blocks / plan.pages_per_request * plan.max_model_len)
+        out["kv_bytes_implied_by_server_blocks"] = blocks * plan.bytes_per_block
+    return out
+
+
+def kv_pool_outcome(*, tokens: int, source: str, info: dict[str, str], settings: GateSettings) -> GateOutcome:
+    """The kv_pool verdict for a measured pool: pass at or above the floor; report against the plan."""
+    s = settings
+    below_target = tokens < s.kv_pool_target_tokens
+    observed: dict[str, Any] = {"kv_pool_tokens": tokens, "source": source, "below_target": below_target,
+                                "cache_config_info": info}
+    summary = f"{tokens:,} tokens" + (" (below target)" if below_target else "")
+    if s.kv_pool_plan is not None:
+        observed["plan"] = measured_vs_planned(tokens, info, s.kv_pool_plan)
+        summary += f", planned {s.kv_pool_plan.pool_tokens:,}"
+    else:
+        observed["plan"] = {"error": s.kv_pool_plan_error}
+    return GateOutcome(
+        verdict="pass" if tokens >= s.kv_pool_floor_tokens else "fail",
+        summary=summary,
+        thresholds={"floor_tokens": s.kv_pool_floor_tokens, "target_tokens": s.kv_pool_target_tokens,
+                    "from": s.kv_pool_thresholds_from},
+        observed=observed,
+        exchanges=[],
+    )
+
+
 async def gate_kv_pool(ctx: GateContext) -> GateOutcome:
-    s = ctx.settings
     samples = await ctx.metrics()
     tokens, source = bench.kv_pool_tokens(samples), "/metrics vllm:cache_config_info"
     if tokens is None and ctx.server_log is not None:
@@ -253,15 +296,7 @@ async def gate_kv_pool(ctx: GateContext) -> GateOutcome:
         raise MeasureError("neither /metrics (vllm:cache_config_info) nor a server log gives the KV pool size",
                            hint="pass --server-log with the server's startup log")
     info = next((s_.labels for s_ in samples if s_.name == "vllm:cache_config_info"), {})
-    below_target = tokens < s.kv_pool_target_tokens
-    return GateOutcome(
-        verdict="pass" if tokens >= s.kv_pool_floor_tokens else "fail",
-        summary=f"{tokens:,} tokens" + (" (below target)" if below_target else ""),
-        thresholds={"floor_tokens": s.kv_pool_floor_tokens, "target_tokens": s.kv_pool_target_tokens},
-        observed={"kv_pool_tokens": tokens, "source": source, "below_target": below_target,
-                  "cache_config_info": info},
-        exchanges=[],
-    )
+    return kv_pool_outcome(tokens=tokens, source=source, info=info, settings=ctx.settings)
 
 
 GATES: dict[str, Callable[[GateContext], Awaitable[GateOutcome]]] = {

@@ -9,18 +9,35 @@ from __future__ import annotations
 import re
 import tomllib
 from pathlib import Path
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from builder.config.models import Gates, ReleaseConfig
-from builder.constants import EXPECTATIONS_DIR
-from builder.errors import ConfigError
+from builder.constants import EXPECTATIONS_DIR, KV_POOL_FLOOR_MARGIN_ESTIMATED, KV_POOL_FLOOR_MARGIN_EXACT
+from builder.errors import BuilderError, ConfigError
+from builder.plan import plan_target
 
 
 #: Needle length on long-context targets (the seed bundle's 128K), capped by the context.
 NEEDLE_DEFAULT_TOKENS = 131072
 #: Room the needle prompt leaves for the answer under max_model_len.
 NEEDLE_CONTEXT_MARGIN = 256
+
+
+class PlannedPool(BaseModel):
+    """What builder.plan expects of the configured KV dtype: the kv_pool gate reports against it."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    kv_cache_dtype: str
+    pool_tokens: int = Field(ge=0)
+    block_size: int
+    pages_per_request: int = Field(gt=0, description="Blocks one request at max_model_len takes.")
+    bytes_per_block: int = Field(gt=0)
+    max_model_len: int
+    kv_bytes: int = Field(description="The planned KV budget per GPU.")
+    budget_exact: bool = Field(description="False when the budget rests on estimated or assumed terms.")
 
 
 class GateSettings(BaseModel):
@@ -34,12 +51,49 @@ class GateSettings(BaseModel):
     prefix_tokens: int = Field(gt=0)
     kv_pool_floor_tokens: int = Field(gt=0)
     kv_pool_target_tokens: int = Field(gt=0)
+    kv_pool_thresholds_from: Literal["target file", "planner", "target file and planner"] = "target file"
+    kv_pool_plan: PlannedPool | None = None
+    kv_pool_plan_error: str | None = Field(default=None, description="Why there is no plan, when there is none.")
+
+
+def planned_pool(cfg: ReleaseConfig) -> PlannedPool:
+    """builder.plan's pool for the configured KV dtype (its budget as the target launches)."""
+    plan = plan_target(cfg, kv_dtypes=[cfg.kv_cache.dtype])
+    d = plan.dtypes[0]
+    return PlannedPool(
+        kv_cache_dtype=d.kv_cache_dtype, pool_tokens=d.pool_tokens, block_size=d.block_size,
+        pages_per_request=d.pages_per_request, bytes_per_block=d.bytes_per_block,
+        max_model_len=plan.setup.max_model_len, kv_bytes=plan.budget.kv_bytes, budget_exact=plan.budget.exact,
+    )
+
+
+def _pool_thresholds(cfg: ReleaseConfig) -> tuple[int, int, str, PlannedPool | None, str | None]:
+    """(floor, target, from, plan, plan error). Typed kv_cache.pool_gate_* win; the rest come from the
+    plan: target = the planned pool, floor = the planned pool less a margin for the budget's estimates."""
+    kv, srv = cfg.kv_cache, cfg.server
+    try:
+        plan, error = planned_pool(cfg), None
+    except BuilderError as exc:
+        plan, error = None, exc.message
+    if kv.pool_gate_floor_tokens and kv.pool_gate_target_tokens:
+        return kv.pool_gate_floor_tokens, kv.pool_gate_target_tokens, "target file", plan, error
+    if plan is None:
+        raise ConfigError(
+            f"target {cfg.target.name}: the kv_pool gate's floor/target are not set and the planner cannot "
+            f"derive them: {error}",
+            hint="set kv_cache.pool_gate_floor_tokens and pool_gate_target_tokens, or make `builder plan` work "
+            "for this target",
+        )
+    margin = KV_POOL_FLOOR_MARGIN_EXACT if plan.budget_exact else KV_POOL_FLOOR_MARGIN_ESTIMATED
+    floor = kv.pool_gate_floor_tokens or max(srv.max_model_len, int(plan.pool_tokens * (1 - margin)))
+    target = kv.pool_gate_target_tokens or max(floor, plan.pool_tokens)
+    source = "planner" if not (kv.pool_gate_floor_tokens or kv.pool_gate_target_tokens) else "target file and planner"
+    return floor, target, source, plan, error
 
 
 def gate_settings(cfg: ReleaseConfig) -> GateSettings:
-    """Resolve a config's gate settings. Unset KV pool bounds default to what the config itself
-    promises: the floor is one full-context request, the target every sequence at full context."""
-    g, kv, srv = cfg.gates, cfg.kv_cache, cfg.server
+    """Resolve a config's gate settings. Unset KV pool bounds come from builder.plan."""
+    g, srv = cfg.gates, cfg.server
     expectations = g.expectations or cfg.model.served_name
     if not (EXPECTATIONS_DIR / f"{expectations}.toml").is_file():
         raise ConfigError(
@@ -48,14 +102,17 @@ def gate_settings(cfg: ReleaseConfig) -> GateSettings:
             hint=f"set gates.expectations to one of {sorted(p.stem for p in EXPECTATIONS_DIR.glob('*.toml'))} "
             f"or add builder/measure/expectations/{expectations}.toml",
         )
-    floor = kv.pool_gate_floor_tokens or srv.max_model_len
+    floor, target, source, plan, error = _pool_thresholds(cfg)
     return GateSettings(
         gates=g,
         expectations=expectations,
         needle_tokens=g.needle_tokens or min(NEEDLE_DEFAULT_TOKENS, srv.max_model_len - NEEDLE_CONTEXT_MARGIN),
         prefix_tokens=g.prefix_tokens or min(2048, srv.max_model_len // 2),
         kv_pool_floor_tokens=floor,
-        kv_pool_target_tokens=kv.pool_gate_target_tokens or max(floor, srv.max_model_len * (srv.max_num_seqs or 1)),
+        kv_pool_target_tokens=target,
+        kv_pool_thresholds_from=source,
+        kv_pool_plan=plan,
+        kv_pool_plan_error=error,
     )
 
 

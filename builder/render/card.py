@@ -1,6 +1,7 @@
 """The model card: front matter, quick start, files, and gate/benchmark tables from evidence.
 
-Numbers come only from evidence files; anything absent is written as "not measured".
+Numbers come only from evidence files or from builder.plan (marked "computed"); anything absent
+is written as "not measured".
 """
 
 from __future__ import annotations
@@ -25,8 +26,11 @@ from builder.constants import (
     LAUNCH_ENV_DOC_NAME,
     LAUNCH_SCRIPT_NAME,
 )
-from builder.errors import RenderError
+from builder.errors import BuilderError, RenderError
 from builder.measure.evidence import load_gate_evidence
+from builder.plan import plan_target
+from builder.plan.models import CapacityPlan
+from builder.render.capacity import CapacitySection, capacity_section
 from builder.render.environment import make_environment, render_template
 
 NOT_MEASURED = "not measured"
@@ -67,6 +71,17 @@ FILE_ROLES: tuple[tuple[str, str], ...] = (
     (CHECKSUMS_NAME, "sha256 of every other file (`sha256sum -c --strict CHECKSUMS.sha256`)"),
 )
 
+#: What an evidence sub-folder holds when it has no README.md to say so (first match wins).
+EVIDENCE_FOLDER_ROLES: tuple[tuple[str, str], ...] = (
+    ("ab-*", "interleaved A/B benchmark of two server configs (per-pair deltas with spread)"),
+    ("kv-*", "the quality gates run against another KV dtype of the same model"),
+    ("crosscheck", "this bundle's benchmark cross-checked against `vllm bench serve`"),
+    ("*-refused", "server log: the engine refused this KV dtype on this host"),
+    ("negative-control-*", "negative control: server log of a config that must not serve"),
+    ("*", "supporting run; its files say how it was made"),
+)
+EVIDENCE_TOP_ROLE = "gate evidence (`<gate>.json`: verdict, thresholds, raw records) and benchmark results (`bench-*`)"
+
 
 class GateRow(BaseModel):
     model_config = ConfigDict(frozen=True)
@@ -98,6 +113,7 @@ class CardContext(BaseModel):
     gates: list[GateRow]
     bench_headers: list[tuple[str, str]]
     bench: list[BenchRow]
+    capacity: CapacitySection
     files: list[tuple[str, str]]
     not_measured: str = NOT_MEASURED
     script_name: str = LAUNCH_SCRIPT_NAME
@@ -111,6 +127,37 @@ def describe_file(rel: str) -> str:
         if fnmatch.fnmatchcase(rel, pattern):
             return role
     return ""
+
+
+def _readme_heading(folder: Path | None) -> str | None:
+    readme = folder / "README.md" if folder is not None else None
+    if readme is None or not readme.is_file():
+        return None
+    heading = next((line[2:].strip() for line in readme.read_text().splitlines() if line.startswith("# ")), None)
+    return heading or None
+
+
+def file_rows(files: list[str], *, evidence_dir: Path, kernels_dir: Path | None) -> list[tuple[str, str]]:
+    """One row per bundle file, except evidence: one row per evidence folder, saying what it holds
+    (its README.md's heading where it has one)."""
+    rows: list[tuple[str, str]] = []
+    folders: dict[str, list[str]] = {}
+    for rel in sorted(files):
+        parts = rel.split("/")
+        if parts[0] == "evidence" and len(parts) > 1:
+            folders.setdefault("" if len(parts) == 2 else parts[1], []).append(rel)
+        else:
+            rows.append((f"`{rel}`", describe_file(rel)))
+    for sub, members in sorted(folders.items()):
+        count = f"{len(members)} file{'s' if len(members) != 1 else ''}"
+        if not sub:
+            role = _readme_heading(evidence_dir) or EVIDENCE_TOP_ROLE
+            rows.append(("`evidence/`", f"{role} ({count} at the top level)"))
+            continue
+        source = kernels_dir if sub == "kernels" else evidence_dir / sub
+        role = _readme_heading(source) or next(r for p, r in EVIDENCE_FOLDER_ROLES if fnmatch.fnmatchcase(sub, p))
+        rows.append((f"`evidence/{sub}/`", f"{role} ({count})"))
+    return rows
 
 
 def front_matter(cfg: ReleaseConfig) -> str:
@@ -176,8 +223,13 @@ def bench_rows(evidence_dir: Path) -> tuple[list[tuple[str, str]], list[BenchRow
     return [(key, head) for key, head, _ in columns], rows
 
 
-def card_context(*, cfg: ReleaseConfig, plan: LaunchPlan, evidence_dir: Path, files: list[str]) -> CardContext:
-    """`files`: bundle-relative paths the card lists; `evidence_dir`: the target's evidence folder."""
+def card_context(
+    *, cfg: ReleaseConfig, plan: LaunchPlan, evidence_dir: Path, files: list[str],
+    capacity: CapacityPlan | None = None, capacity_error: str | None = None, kernels_dir: Path | None = None,
+) -> CardContext:
+    """`files`: bundle-relative paths the card lists; `evidence_dir`: the target's evidence folder;
+    `capacity`: builder.plan's plan of the target (or why there is none); `kernels_dir`: the kernel
+    evidence the bundle ships, when it ships it."""
     digest = config_digest(cfg)
     headers, bench = bench_rows(evidence_dir)
     return CardContext(
@@ -190,8 +242,17 @@ def card_context(*, cfg: ReleaseConfig, plan: LaunchPlan, evidence_dir: Path, fi
         gates=gate_rows(evidence_dir, digest=digest),
         bench_headers=headers,
         bench=bench,
-        files=[(rel, describe_file(rel)) for rel in sorted(files)],
+        capacity=capacity_section(capacity, plan_error=capacity_error, evidence_dir=evidence_dir, kernels_dir=kernels_dir),
+        files=file_rows(files, evidence_dir=evidence_dir, kernels_dir=kernels_dir),
     )
+
+
+def plan_for_card(cfg: ReleaseConfig) -> tuple[CapacityPlan | None, str | None]:
+    """builder.plan's plan of the target as it launches, or why there is none (the card says so)."""
+    try:
+        return plan_target(cfg), None
+    except BuilderError as exc:
+        return None, exc.message
 
 
 def render_card(ctx: CardContext, *, env: jinja2.Environment | None = None) -> str:

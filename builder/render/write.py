@@ -9,9 +9,16 @@ from rich.console import Console
 from builder.atomic import replace_dir
 from builder.checksums import FolderCheck, manifest_text, replace_refusal
 from builder.config import launch_plan, load_target
-from builder.constants import CARD_NAME, CHECKSUMS_NAME, EVIDENCE_DIR, LAUNCH_SCRIPT_NAME, SOURCE_TREES
+from builder.constants import (
+    CARD_NAME,
+    CHECKSUMS_NAME,
+    EVIDENCE_DIR,
+    KERNEL_EVIDENCE,
+    LAUNCH_SCRIPT_NAME,
+    SOURCE_TREES,
+)
 from builder.errors import RenderError
-from builder.render.card import card_context, render_card
+from builder.render.card import card_context, plan_for_card, render_card
 from builder.render.environment import make_environment
 from builder.render.launch import render_launch
 
@@ -36,8 +43,11 @@ def render_to(*, target: str, out: Path, evidence_root: Path = EVIDENCE_DIR, con
     plan = launch_plan(cfg)
     env = make_environment()
     files = render_launch(cfg=cfg, plan=plan, env=env)
+    capacity, capacity_error = plan_for_card(cfg)
     ctx = card_context(
-        cfg=cfg, plan=plan, evidence_dir=evidence_root / cfg.target.name, files=[*files, CARD_NAME, CHECKSUMS_NAME]
+        cfg=cfg, plan=plan, evidence_dir=evidence_root / cfg.target.name, files=[*files, CARD_NAME, CHECKSUMS_NAME],
+        capacity=capacity, capacity_error=capacity_error,
+        kernels_dir=evidence_root / KERNEL_EVIDENCE if cfg.patches.apply else None,
     )
     files[CARD_NAME] = render_card(ctx, env=env)
     with replace_dir(

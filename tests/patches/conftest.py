@@ -1,34 +1,12 @@
-"""Fixtures for the patches step: the real pinned engine (cached), and its patched copy."""
+"""Fixtures for the patches step (the engine and its patched copy live in tests/conftest.py)."""
 
 from __future__ import annotations
 
-import shutil
 import sys
-from pathlib import Path
 
 import pytest
 
-from builder.constants import ENGINE_QSA_DIR as QSA_DIR
 from builder.constants import PATCHES_DIR
-
-
-@pytest.fixture(scope="session")
-def engine_src() -> Path:
-    """The verified vllm==0.33.0 sources (downloads ~336 MB once, then cached)."""
-    from builder.patches.engine import fetch_engine
-
-    return fetch_engine().src_dir
-
-
-@pytest.fixture(scope="session")
-def patched_tree(engine_src: Path, tmp_path_factory) -> Path:
-    """A copy of the real QSA sources with the series applied through apply_series."""
-    from builder.patches.apply import apply_series
-
-    root = tmp_path_factory.mktemp("patched")
-    shutil.copytree(engine_src / QSA_DIR, root / QSA_DIR)
-    apply_series(target=root, patches_dir=PATCHES_DIR)
-    return root
 
 
 @pytest.fixture(scope="session")

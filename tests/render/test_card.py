@@ -10,12 +10,16 @@ from huggingface_hub import ModelCard
 
 from builder.config import config_digest, launch_plan, load_target
 from builder.errors import RenderError
-from builder.render import card_context, render_card
+from builder.constants import EVIDENCE_DIR
+from builder.plan import plan_target
+from builder.render import card_context, plan_for_card, render_card
 
 
-def _card(tmp_path, target="gb10", files=("README.md",)):
-    cfg = load_target(target)
-    ctx = card_context(cfg=cfg, plan=launch_plan(cfg), evidence_dir=tmp_path / target, files=list(files))
+def _card(tmp_path, target="gb10", files=("README.md",), kernels_dir=None, cfg=None):
+    cfg = cfg or load_target(target)
+    capacity, error = plan_for_card(cfg)
+    ctx = card_context(cfg=cfg, plan=launch_plan(cfg), evidence_dir=tmp_path / target, files=list(files),
+                       capacity=capacity, capacity_error=error, kernels_dir=kernels_dir)
     return cfg, render_card(ctx)
 
 
@@ -79,12 +83,25 @@ def test_bad_benchmark_file_is_an_error_not_a_blank(tmp_path):
         _card(tmp_path)
 
 
-def test_files_are_listed_with_their_role(tmp_path):
-    _, text = _card(tmp_path, files=("launch/run_qsa_int8kv.sh", "patches/series", "evidence/bench-a.json"))
-    files = _section(text, "Files")
-    assert "| `launch/run_qsa_int8kv.sh` | launch recipe;" in files
-    assert "| `patches/series` | order in which the patches apply |" in files
-    assert "| `evidence/bench-a.json` | benchmark result" in files
+def test_files_are_listed_with_their_role_and_evidence_one_row_per_folder(tmp_path):
+    (tmp_path / "gb10" / "ab-x-vs-y").mkdir(parents=True)
+    (tmp_path / "gb10" / "odd").mkdir()
+    (tmp_path / "gb10" / "odd" / "README.md").write_text("intro\n# What the odd run shows\nmore\n")
+    files = ("launch/run_qsa_int8kv.sh", "patches/series", "evidence/bench-a.json", "evidence/needle.json",
+             "evidence/ab-x-vs-y/ab.json", "evidence/ab-x-vs-y/ab.md", "evidence/odd/README.md",
+             "evidence/kernels/a.log", "evidence/kernels/b.json")
+    _, text = _card(tmp_path, files=files, kernels_dir=EVIDENCE_DIR / "kernels")
+    rows = _section(text, "Files")
+    assert "| `launch/run_qsa_int8kv.sh` | launch recipe;" in rows
+    assert "| `patches/series` | order in which the patches apply |" in rows
+    assert "| `evidence/` | gate evidence (`<gate>.json`: verdict, thresholds, raw records) and benchmark results " \
+        "(`bench-*`) (2 files at the top level) |" in rows
+    assert "| `evidence/ab-x-vs-y/` | interleaved A/B benchmark of two server configs (per-pair deltas with spread) " \
+        "(2 files) |" in rows
+    assert "| `evidence/odd/` | What the odd run shows (1 file) |" in rows  # its README's heading
+    heading = (EVIDENCE_DIR / "kernels" / "README.md").read_text().split("\n")[0].removeprefix("# ")
+    assert f"| `evidence/kernels/` | {heading} (2 files) |" in rows
+    assert "evidence/bench-a.json" not in rows and "ab.md" not in rows  # grouped, not listed one by one
 
 
 def test_plan_warnings_are_caveats(tmp_path):
@@ -101,3 +118,93 @@ def test_only_top_level_gate_files_are_called_gate_evidence():
     assert describe_file("evidence/bench-decode.json").startswith("benchmark result")
     assert describe_file("evidence/kernels/qsa-aot-sm_90.json").startswith("patched-kernel evidence")
     assert describe_file("evidence/kv-bfloat16/needle.json").startswith("supporting run")
+
+
+def _rows(section: str) -> list[list[str]]:
+    return [[c.strip() for c in line.strip("|").split("|")] for line in section.splitlines() if line.startswith("| `")]
+
+
+def _table_rows(section: str) -> list[list[str]]:
+    """Every table row of a section, header and separator lines included."""
+    return [[c.strip() for c in line.strip().strip("|").split("|")] for line in section.splitlines() if line.startswith("| ")]
+
+
+@pytest.mark.parametrize("target", ["gb10", "cmp170hx-x2", "h200", "cpu-smoke"])
+def test_card_leads_with_what_it_buys_and_every_computed_number_is_the_planners(tmp_path, target):
+    cfg, text = _card(tmp_path, target)
+    assert text.split("\n## ")[1].startswith("What it buys you")  # the first section
+    plan = plan_target(cfg)
+    rows = {r[0].split("`")[1]: r for r in _rows(_section(text, "What it buys you")) if r[-1] == "computed"}
+    assert set(rows) == {d.kv_cache_dtype for d in plan.dtypes}
+    for d in plan.dtypes:
+        row = rows[d.kv_cache_dtype]
+        assert row[2].split(" ")[0] == f"{d.kv_bytes_per_token_per_layer:,.0f}"
+        assert row[4] == f"{d.pool_tokens:,}" and row[5] == f"{d.sessions:,}"
+    scope = "per GPU" if cfg.target.gpu_count else "in host memory"
+    assert f"KV budget {scope}: {plan.budget.kv_bytes / 2**30:,.2f} GiB" in text
+
+
+def test_int8_row_shows_its_scale_bytes_and_the_configured_dtype_is_marked(tmp_path):
+    _, text = _card(tmp_path, "cmp170hx-x2")
+    row = next(r for r in _rows(_section(text, "What it buys you")) if r[0].startswith("`int8_per_token_head`"))
+    assert row[0] == "`int8_per_token_head` (this release)"
+    assert row[2] == "520 (8 of it fp32 scales)"  # 512 B of K/V rows + 2 x 4 B scales, one kv head per GPU at TP2
+
+
+def test_measured_pools_come_from_gate_files_and_name_them(tmp_path):
+    cfg = load_target("cpu-smoke")
+    _gate(tmp_path, "cpu-smoke", "kv_pool", summary="46,592 tokens",
+          observed={"kv_pool_tokens": 46592, "cache_config_info": {"cache_dtype": "auto", "kv_cache_max_concurrency": "22.75"}})
+    (tmp_path / "cpu-smoke" / "kv-bfloat16").mkdir()
+    (tmp_path / "cpu-smoke" / "kv-bfloat16" / "kv_pool.json").write_text(json.dumps({
+        "gate": "kv_pool", "required": True, "verdict": "pass", "created": "2026-11-20T10:00:00Z",
+        "observed": {"kv_pool_tokens": 93184, "cache_config_info": {"cache_dtype": "bfloat16"}}}))
+    _, text = _card(tmp_path, "cpu-smoke", cfg=cfg)
+    measured = [r for r in _rows(_section(text, "What it buys you")) if r[-1].startswith("measured")]
+    assert measured == [
+        ["`auto` (this release)", "-", "-", "-", "46,592", "22", "1.00x", "measured (`evidence/kv_pool.json`)"],
+        ["`bfloat16`", "-", "-", "-", "93,184", "-", "2.00x", "measured (`evidence/kv-bfloat16/kv_pool.json`)"],
+    ]
+
+
+def test_kernel_speed_and_accuracy_are_the_files_numbers_labelled_h200_kernel_level(tmp_path):
+    kernels = EVIDENCE_DIR / "kernels"
+    _, text = _card(tmp_path, "gb10", kernels_dir=kernels)
+    section = _section(text, "What it buys you")
+    assert "Kernel level, measured on one H200 (sm_90), not on gb10" in section
+    grid = json.loads((kernels / "qsa-grid-h200.json").read_text())["points"]
+    judged = [p for p in grid if p["goal_in_scope"]]
+    by_rows: dict[str, list[dict]] = {}
+    for p in judged:
+        by_rows.setdefault(p["rows_label"], []).append(p)
+    for label, points in by_rows.items():
+        fp8 = [p["int8_speedup_over_fp8"]["graph"] for p in points]
+        met = sum(p["goal_met"] for p in points)
+        row = next(r for r in _table_rows(section) if r[0] == label)
+        assert row[2] in (f"{min(fp8):.2f}-{max(fp8):.2f}x", f"{min(fp8):.2f}x"), row
+        assert row[4] == f"{met} of {len(points)}", row
+    # Honest about misses: the grid has points where int8 is below the goal, and the card shows them.
+    assert any(not p["goal_met"] for p in judged)
+    assert sum(int(r[4].split(" of ")[0]) for r in _table_rows(section) if " of " in r[4]) < len(judged)
+    accuracy = json.loads((kernels / "qsa-int8-accuracy.json").read_text())["inputs"]
+    for name, result in accuracy.items():
+        worst = {a: max(w[a]["total"] for w in result["widths"].values()) for a in ("bf16", "fp8", "int8")}
+        row = next(r for r in _table_rows(section) if r[0] == name)
+        assert row[5:8] == [f"{worst['bf16']:.2g}", f"{worst['fp8']:.2g}", f"{worst['int8']:.2g}"], row
+    # Without the kernel evidence in the bundle (cpu-smoke applies no patches) there is no kernel table.
+    _, plain = _card(tmp_path, "gb10")
+    assert "Kernel level" not in plain and " ms |" not in _section(plain, "What it buys you")
+
+
+def test_capacity_the_planner_cannot_compute_says_why_and_shows_no_pool(tmp_path, target_data):
+    from builder.config import parse_config
+
+    data = target_data("gb10")
+    data["engine"]["profile"] = "vllm-fork-preview"
+    data["kv_cache"]["dtype"] = "fp8_e4m3"
+    del data["kv_cache"]["scale_layout"]
+    data["patches"] = {"apply": False, "reason": "the fork preview has no int8 series"}
+    _, text = _card(tmp_path, cfg=parse_config(data, source="fork"))
+    section = _section(text, "What it buys you")
+    assert "Capacity: not computed (engine.profile vllm-fork-preview: the planner does not model" in section
+    assert "| `" not in section

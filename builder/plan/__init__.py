@@ -1,0 +1,17 @@
+"""KV capacity planner: bytes per token, block layout and KV pool per KV dtype, as vLLM 0.33.0 lays them out."""
+
+from builder.plan.capacity import plan_capacity, plan_dtype, plan_target, serving_setup
+from builder.plan.models import CapacityPlan, DtypePlan, ServingSetup
+from builder.plan.report import plan_json, plan_renderable
+
+__all__ = [
+    "CapacityPlan",
+    "DtypePlan",
+    "ServingSetup",
+    "plan_capacity",
+    "plan_dtype",
+    "plan_json",
+    "plan_renderable",
+    "plan_target",
+    "serving_setup",
+]

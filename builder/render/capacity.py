@@ -1,0 +1,222 @@
+"""The model card's "What it buys you": what each KV dtype costs and holds, then what was measured.
+
+Computed rows come from builder.plan (bytes per token per GPU, pool, sessions at max_model_len);
+measured rows only from evidence files: kv_pool gate files of the target, and the H200
+kernel-level speed and accuracy files of evidence/kernels/, each naming its file.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from builder.errors import RenderError
+from builder.measure.evidence import GateEvidence
+from builder.plan.budget import GIB
+from builder.plan.models import CapacityPlan
+
+KERNEL_SPEED_FILE = "qsa-grid-h200.json"
+KERNEL_ACCURACY_FILE = "qsa-int8-accuracy.json"
+#: The three KV dtypes the kernel evidence compares, as its arms name them.
+KERNEL_ARMS = ("bf16", "fp8", "int8")
+BASELINE_DTYPES = ("bfloat16", "auto")
+
+
+class CapacityRow(BaseModel):
+    model_config = ConfigDict(frozen=True)
+    kv_cache_dtype: str
+    stored_as: str
+    configured: bool
+    bytes_per_token_layer: str
+    bytes_per_token_all: str
+    pool: str
+    sessions: str
+    vs_baseline: str
+    source: str
+
+
+class KernelSpeedRow(BaseModel):
+    """One row shape of the grid: int8's speed-up ranges over the points where the goal applies."""
+
+    model_config = ConfigDict(frozen=True)
+    rows: str
+    points: str
+    int8_vs_fp8: str
+    int8_vs_bf16: str
+    goal_met: str
+
+
+class AccuracyRow(BaseModel):
+    """One input: the worst relative RMS error over every width, per cache."""
+
+    model_config = ConfigDict(frozen=True)
+    input: str
+    widths: str
+    kernel: dict[str, str]
+    total: dict[str, str]
+
+
+class CapacitySection(BaseModel):
+    """Everything the card's first section shows; numbers already formatted."""
+
+    model_config = ConfigDict(frozen=True)
+    computed: bool
+    error: str | None = None
+    heading: str = ""
+    method: str = ""
+    scope: str = "per GPU"
+    layers: int = 0
+    baseline: str = ""
+    rows: list[CapacityRow] = []
+    budget: str = ""
+    budget_terms: list[str] = []
+    budget_exact: bool = True
+    notes: list[str] = []
+    kernel_speed_source: str | None = None
+    kernel_speed: list[KernelSpeedRow] = []
+    accuracy_source: str | None = None
+    accuracy_metric: str = ""
+    accuracy: list[AccuracyRow] = []
+
+
+def _n(value: float) -> str:
+    return f"{value:,.0f}" if float(value).is_integer() else f"{value:,.1f}"
+
+
+def _read_json(path: Path) -> dict:
+    try:
+        data = json.loads(path.read_text())
+    except json.JSONDecodeError as exc:
+        raise RenderError(f"{path}: not valid JSON: {exc}", hint="re-run what wrote it, or remove the file") from exc
+    if not isinstance(data, dict):
+        raise RenderError(f"{path}: must hold a JSON object", hint="re-run what wrote it")
+    return data
+
+
+def measured_pools(evidence_dir: Path) -> list[tuple[str, int, float | None, str]]:
+    """(KV dtype, pool tokens, concurrency, bundle path) of every kv_pool gate file of the target."""
+    out = []
+    for path in sorted(evidence_dir.rglob("kv_pool.json")) if evidence_dir.is_dir() else []:
+        try:
+            ev = GateEvidence.model_validate(_read_json(path))
+        except ValidationError as exc:
+            raise RenderError(f"{path}: not a gate evidence file: {exc}", hint="re-run `builder gates`") from exc
+        tokens = ev.observed.get("kv_pool_tokens")
+        info = ev.observed.get("cache_config_info") or {}
+        dtype = info.get("cache_dtype") or (ev.server.kv_cache_dtype if ev.server else None)
+        if not isinstance(tokens, int) or not dtype:
+            continue
+        conc = info.get("kv_cache_max_concurrency")
+        out.append((dtype, tokens, float(conc) if conc not in (None, "None") else None,
+                    f"evidence/{path.relative_to(evidence_dir).as_posix()}"))
+    return out
+
+
+def _span(values: list[float]) -> str:
+    lo, hi = min(values), max(values)
+    return f"{lo:.2f}x" if f"{lo:.2f}" == f"{hi:.2f}" else f"{lo:.2f}-{hi:.2f}x"
+
+
+def _tokens(n: int) -> str:
+    return f"{n // 1024}K" if n % 1024 == 0 else str(n)
+
+
+def kernel_speed(kernels_dir: Path) -> tuple[str | None, list[KernelSpeedRow]]:
+    """int8 vs fp8 and bf16 per row shape of the engine grid, over the points the goal covers.
+
+    Ranges, not a chosen case: the grid is where the engine goes, and the card must show where
+    int8 is not ahead as plainly as where it is (CUDA-graph time, as vLLM runs decode).
+    """
+    path = kernels_dir / KERNEL_SPEED_FILE
+    if not path.is_file():
+        return None, []
+    data = _read_json(path)
+    groups: dict[str, list[dict]] = {}
+    for point in data.get("points", []):
+        if isinstance(point, dict) and point.get("goal_in_scope"):
+            groups.setdefault(str(point.get("rows_label")), []).append(point)
+    rows = []
+    for label, points in groups.items():
+        fp8 = [p["int8_speedup_over_fp8"]["graph"] for p in points]
+        bf16 = [p["int8_speedup_over_bf16"]["graph"] for p in points]
+        contexts = sorted({p["context"] for p in points})
+        rows.append(KernelSpeedRow(
+            rows=label,
+            points=f"{len(points)} (context {_tokens(contexts[0])}-{_tokens(contexts[-1])})",
+            int8_vs_fp8=_span(fp8), int8_vs_bf16=_span(bf16),
+            goal_met=f"{sum(bool(p.get('goal_met')) for p in points)} of {len(points)}",
+        ))
+    return f"evidence/kernels/{KERNEL_SPEED_FILE}", rows
+
+
+def kernel_accuracy(kernels_dir: Path) -> tuple[str | None, str, list[AccuracyRow]]:
+    path = kernels_dir / KERNEL_ACCURACY_FILE
+    if not path.is_file():
+        return None, "", []
+    data = _read_json(path)
+    rows = []
+    for name, result in data.get("inputs", {}).items():
+        widths = result.get("widths", {}) if isinstance(result, dict) else {}
+        errors = [arms for arms in widths.values() if all(isinstance(arms.get(a), dict) for a in KERNEL_ARMS)]
+        if not errors:
+            continue
+        worst = {kind: {a: max(e[a][kind] for e in errors) for a in KERNEL_ARMS} for kind in ("kernel", "total")}
+        rows.append(AccuracyRow(
+            input=name, widths=f"{min(map(int, widths))}-{max(map(int, widths))}",
+            kernel={a: f"{v:.2g}" for a, v in worst["kernel"].items()},
+            total={a: f"{v:.2g}" for a, v in worst["total"].items()},
+        ))
+    return f"evidence/kernels/{KERNEL_ACCURACY_FILE}", str(data.get("metric", "")), rows
+
+
+def capacity_section(plan: CapacityPlan | None, *, plan_error: str | None, evidence_dir: Path,
+                     kernels_dir: Path | None) -> CapacitySection:
+    """The card's first section for one target."""
+    speed_src, speed = kernel_speed(kernels_dir) if kernels_dir is not None else (None, [])
+    acc_src, metric, acc = kernel_accuracy(kernels_dir) if kernels_dir is not None else (None, "", [])
+    kernel = {"kernel_speed_source": speed_src, "kernel_speed": speed, "accuracy_source": acc_src,
+              "accuracy_metric": metric, "accuracy": acc}
+    if plan is None:
+        return CapacitySection(computed=False, error=plan_error, **kernel)
+    s = plan.setup
+    base = next((d for d in plan.dtypes if d.kv_cache_dtype in BASELINE_DTYPES), None)
+    rows = []
+    for d in plan.dtypes:
+        scales = f" ({_n(d.scale_bytes_per_token_per_layer)} of it fp32 scales)" if d.scale_bytes_per_token_per_layer else ""
+        vs = f"{d.pool_tokens / base.pool_tokens:.2f}x" if base and base.pool_tokens else "-"
+        rows.append(CapacityRow(
+            kv_cache_dtype=d.kv_cache_dtype, stored_as=d.storage, configured=d.configured,
+            bytes_per_token_layer=_n(d.kv_bytes_per_token_per_layer) + scales,
+            bytes_per_token_all=_n(d.attention_bytes_per_token), pool=f"{d.pool_tokens:,}", sessions=f"{d.sessions:,}",
+            vs_baseline=vs, source="computed"))
+    order = {d.kv_cache_dtype: i for i, d in enumerate(plan.dtypes)}
+    measured = sorted(measured_pools(evidence_dir), key=lambda m: (order.get(m[0], len(order)), m[3]))
+    base_measured = next((t for dt, t, _, _ in measured if base and dt == base.kv_cache_dtype), None)
+    for dtype, tokens, conc, where in measured:
+        vs = f"{tokens / base_measured:.2f}x" if base_measured else "-"
+        rows.append(CapacityRow(
+            kv_cache_dtype=dtype, stored_as="-", configured=dtype == plan.configured_dtype, bytes_per_token_layer="-",
+            bytes_per_token_all="-", pool=f"{tokens:,}", sessions=f"{int(conc):,}" if conc is not None else "-",
+            vs_baseline=vs, source=f"measured (`{where}`)"))
+    terms = [f"{'+' if t.bytes >= 0 else '-'} {abs(t.bytes) / GIB:,.2f} GiB {t.name} "
+             f"({t.source if t.source.startswith(t.basis) else f'{t.basis}: {t.source}'})" for t in plan.budget.terms]
+    int8 = any(d.scale_bytes_per_token_per_layer for d in plan.dtypes)
+    method = (f"{s.engine}'s page layout{', the int8 page layout of `patches/`' if int8 else ''} and the model facts "
+              f"below")
+    return CapacitySection(
+        computed=True,
+        method=method,
+        scope="per GPU" if s.on_gpu else "in host memory",
+        heading=(f"{'Per GPU' if s.on_gpu else 'In host memory'} on {plan.target}: TP {s.tensor_parallel_size}, max_model_len {s.max_model_len:,}, "
+                 f"MTP k={s.num_speculative_tokens}, prefix caching {'on' if s.prefix_caching else 'off'}"),
+        layers=plan.dtypes[0].attention_layers if plan.dtypes else 0,
+        baseline=base.kv_cache_dtype if base else "",
+        rows=rows,
+        budget=f"{plan.budget.kv_bytes / GIB:,.2f} GiB",
+        budget_terms=terms,
+        budget_exact=plan.budget.exact,
+        notes=[f"Model facts: `{plan.architecture_source}`.", *plan.notes],
+        **kernel,
+    )
