@@ -30,6 +30,8 @@ CHECKSUMS_NAME = "CHECKSUMS.sha256"
 
 # Environment variables read by the builder (never written into images or bundles).
 ENV_HF_TOKEN = "HF_TOKEN"
+#: The served endpoint's API key, named as vLLM names it; read from the environment only, never printed.
+ENV_VLLM_API_KEY = "VLLM_API_KEY"
 ENV_CACHE_DIR = "QFN_CACHE_DIR"
 ENV_REPO_ROOT = "QFN_REPO_ROOT"
 
@@ -122,7 +124,7 @@ ENGINE_QSA_DIR = Path("vllm/models/qwen4_exp/nvidia")
 #: Per-model gate expectation files (golden probes, battery, needle wording).
 EXPECTATIONS_DIR = Path(__file__).resolve().parent / "measure" / "expectations"
 #: Gate names, in the order they run and appear in the bundle README's gate table.
-GATE_NAMES = ("golden_probes", "battery", "determinism", "needle", "prefix_cache", "kv_pool")
+GATE_NAMES = ("golden_probes", "battery", "determinism", "needle", "prefix_cache", "kv_pool", "api_surface")
 #: Every gate that `builder gates` runs must have passed before a release is published.
 PUBLISH_REQUIRED_GATES = GATE_NAMES
 #: A live server for tests/measure's live test ("http://host:port"); the test skips without it.

@@ -1,7 +1,8 @@
 """Wait for an OpenAI-compatible server to become ready, failing fast when it cannot.
 
 connection refused -> still loading; /health 200 and /v1/models lists the served name -> ready;
-503 -> engine dead, fail now; container exited (or OOMKilled) -> fail now with its last log lines.
+503 -> engine dead, fail now; container exited (or OOMKilled) -> fail now with its last log lines;
+401/403 from /v1/models -> the API key is missing or wrong, fail now (waiting cannot fix it).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from rich.console import Console
 from tenacity import RetryError, Retrying, retry_if_exception_type, stop_after_delay, wait_fixed
 
 from builder.errors import ServeError
+from builder.serve.auth import api_key, auth_headers, unauthorized_message
 
 #: Seconds between polls, and between progress lines when the output is not a terminal.
 POLL_S = 2.0
@@ -51,12 +53,15 @@ def wait_ready(
     alive: AliveCheck | None = None,
     console: Console | None = None,
     poll_s: float = POLL_S,
+    key: str | None = None,
 ) -> Ready:
+    """``key``: the server's API key; default VLLM_API_KEY from the environment."""
     console = console or Console(stderr=True)
+    key = key if key is not None else api_key()
     base = url.rstrip("/")
     start = time.monotonic()
     progress = _Progress(console=console, url=base, start=start)
-    with httpx.Client(timeout=httpx.Timeout(5.0), trust_env=False) as client:
+    with httpx.Client(timeout=httpx.Timeout(5.0), trust_env=False, headers=auth_headers(key)) as client:
 
         def poll() -> Ready:
             if alive is not None:
@@ -106,6 +111,9 @@ def _probe(*, client: httpx.Client, base: str, served_name: str, start: float) -
         models = client.get(f"{base}/v1/models")
     except httpx.HTTPError as exc:
         raise NotReady(f"/v1/models failed ({type(exc).__name__})") from exc
+    if models.status_code in (401, 403):
+        message, hint = unauthorized_message(models.status_code, f"{base}/v1/models", sent_key="authorization" in client.headers)
+        raise ServeError(message, hint=hint)
     if models.status_code != 200:
         raise NotReady(f"/v1/models answered {models.status_code}")
     try:
