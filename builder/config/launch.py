@@ -7,9 +7,12 @@ taken from a config field description, so the docs cannot drift from what runs.
 from __future__ import annotations
 
 import json
+import re
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from builder.config.container import ContainerPlan, container_plan
 from builder.config.models import (
     PLE,
     KVCache,
@@ -23,6 +26,11 @@ from builder.config.models import (
 MODEL_DIR_ENV = "MODEL_DIR"
 """The one input the launch needs from its caller: where the pinned snapshot lies."""
 
+#: "target": from the target file, rendered into the launch script and baked into the image;
+#: "serve": added for one `builder serve` run, passed to the container at run time.
+Origin = Literal["target", "serve"]
+LogLevel = Literal["debug", "info", "warning", "error"]
+
 
 class Flag(BaseModel):
     model_config = ConfigDict(frozen=True)
@@ -30,6 +38,7 @@ class Flag(BaseModel):
     value: str | None = Field(default=None, description="None for a switch.")
     why: str
     kv_related: bool = False
+    origin: Origin = "target"
 
 
 class EnvVar(BaseModel):
@@ -37,6 +46,7 @@ class EnvVar(BaseModel):
     name: str
     value: str
     why: str
+    origin: Origin = "target"
 
 
 class RequiredInput(BaseModel):
@@ -57,22 +67,88 @@ class LaunchPlan(BaseModel):
     warnings: list[str] = Field(
         default_factory=list, description="Known gaps between the config and what the engine can do."
     )
+    container: ContainerPlan
 
     def argv(self, *, model_path: str) -> list[str]:
         out = ["python3", "-m", self.module, "--model", model_path]
-        for f in self.flags:
-            out.append(f.flag)
-            if f.value is not None:
-                out.append(f.value)
-        return out
+        return out + _words(self.flags)
+
+    def serve_args(self) -> list[str]:
+        """The flags `builder serve` adds for one run: appended after the image name, the launch script appends them."""
+        return _words(f for f in self.flags if f.origin == "serve")
+
+    def serve_env(self) -> dict[str, str]:
+        return {e.name: e.value for e in self.env if e.origin == "serve"}
+
+
+def _words(flags) -> list[str]:
+    out: list[str] = []
+    for f in flags:
+        out.append(f.flag)
+        if f.value is not None:
+            out.append(f.value)
+    return out
+
+
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+#: Flags `builder serve` owns itself: the port mapping, and the key that must not be on a command line.
+_SERVE_OWNED_FLAGS = {"--port": "pass --port to builder serve (the host port)", "--host": "use --bind",
+                      "--api-key": "export VLLM_API_KEY instead: a command line is visible in `ps` and `docker inspect`"}
+
+
+class LaunchOverrides(BaseModel):
+    """What one `builder serve` run adds to the target's plan; never baked into an image or bundle."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    env: dict[str, str] = Field(default_factory=dict, description="`--env K=V`: extra variables for the engine.")
+    extra_args: list[str] = Field(default_factory=list, description="`-- FLAGS`: extra vLLM flags, appended.")
+    cors_origins: list[str] = Field(default_factory=list, description="`--cors-origin`: browser origins allowed.")
+    log_level: LogLevel | None = Field(default=None, description="`--log-level`: engine and HTTP log level.")
+
+    @classmethod
+    def parse(cls, *, env: list[str], extra_args: list[str], cors_origins: list[str], log_level: str | None) -> LaunchOverrides:
+        """From `builder serve` options; bad ones raise ConfigError naming the option and the fix."""
+        from builder.errors import ConfigError
+
+        pairs: dict[str, str] = {}
+        for item in env:
+            name, sep, value = item.partition("=")
+            if not sep or not _ENV_NAME.match(name):
+                raise ConfigError(f"--env {item!r} is not NAME=VALUE with a shell variable name",
+                                  hint="write it as --env NAME=VALUE, e.g. --env VLLM_CPU_KVCACHE_SPACE=4")
+            if name == "VLLM_API_KEY":
+                raise ConfigError("--env VLLM_API_KEY=... would put the key on a command line",
+                                  hint="export VLLM_API_KEY in the shell that runs builder serve; serve passes it on unprinted")
+            pairs[name] = value
+        for arg in extra_args:
+            owned = _SERVE_OWNED_FLAGS.get(arg.split("=", 1)[0])
+            if owned:
+                raise ConfigError(f"extra vLLM flag {arg.split('=', 1)[0]} is set by builder serve itself", hint=owned)
+        if log_level is not None and log_level not in LogLevel.__args__:
+            raise ConfigError(f"--log-level {log_level!r} is not one of {', '.join(LogLevel.__args__)}", hint="pick one of those")
+        return cls(env=pairs, extra_args=list(extra_args), cors_origins=list(cors_origins), log_level=log_level)
+
+
+def _server_entries(*, cors_origins: list[str], log_level: str | None, origin: Origin) -> tuple[list[Flag], list[EnvVar]]:
+    flags: list[Flag] = []
+    env: list[EnvVar] = []
+    if cors_origins:
+        flags.append(Flag(flag="--allowed-origins", value=json.dumps(cors_origins, separators=(",", ":")),
+                          why=_why(Server, "cors_origins"), origin=origin))
+    if log_level is not None:
+        flags.append(Flag(flag="--uvicorn-log-level", value=log_level, why=_why(Server, "log_level"), origin=origin))
+        env.append(EnvVar(name="VLLM_LOGGING_LEVEL", value=log_level.upper(), why=_why(Server, "log_level"), origin=origin))
+    return flags, env
 
 
 def _why(model: type[BaseModel], field: str) -> str:
     return model.model_fields[field].description or field
 
 
-def launch_plan(cfg: ReleaseConfig) -> LaunchPlan:
+def launch_plan(cfg: ReleaseConfig, *, overrides: LaunchOverrides | None = None) -> LaunchPlan:
+    """The target's plan; with ``overrides``, plus the entries of one `builder serve` run (origin "serve")."""
     m, kv, par, spec, ple, srv = cfg.model, cfg.kv_cache, cfg.parallel, cfg.speculative, cfg.ple, cfg.server
+    container = container_plan(cfg)
     engine = cfg.engine.resolved
     flags: list[Flag] = [
         Flag(flag="--served-model-name", value=m.served_name, why=_why(Model, "served_name")),
@@ -189,8 +265,23 @@ def launch_plan(cfg: ReleaseConfig) -> LaunchPlan:
             EnvVar(name="CUTE_DSL_ARCH", value="sm_121a", why="CuTe DSL kernels must target sm_121a on GB10."),
             EnvVar(name="MAX_JOBS", value="2", why="JIT builds can exhaust GB10's unified memory."),
         ]
+    flags.append(
+        Flag(flag="--shutdown-timeout", value=str(container.drain_s),
+             why=f"On SIGTERM in-flight requests may finish for {container.drain_s} s; the rest are aborted, which ends their streams.")
+    )
+    more_flags, more_env = _server_entries(cors_origins=srv.cors_origins, log_level=srv.log_level, origin="target")
+    flags += more_flags
+    env += more_env
     env += [EnvVar(name=k, value=v, why="Set by server.extra_env in the target file.") for k, v in srv.extra_env.items()]
     flags += [Flag(flag=a, why="Set by server.extra_args in the target file.") for a in srv.extra_args]
+    if overrides is not None:
+        more_flags, more_env = _server_entries(
+            cors_origins=overrides.cors_origins, log_level=overrides.log_level, origin="serve"
+        )
+        flags += more_flags
+        env += more_env
+        env += [EnvVar(name=k, value=v, why="Set by builder serve --env.", origin="serve") for k, v in overrides.env.items()]
+        flags += [Flag(flag=a, why="Set by builder serve -- FLAGS.", origin="serve") for a in overrides.extra_args]
 
     return LaunchPlan(
         module=engine.api_server_module,
@@ -198,4 +289,5 @@ def launch_plan(cfg: ReleaseConfig) -> LaunchPlan:
         env=env,
         required=[RequiredInput(env=MODEL_DIR_ENV, why=f"Local snapshot of {m.repo_id}@{m.revision}.")],
         warnings=warnings,
+        container=container,
     )
