@@ -27,6 +27,7 @@ from builder.constants import (
 )
 from builder.errors import RenderError
 from builder.measure.evidence import load_gate_evidence
+from builder.render.container import COMPOSE_NAME, docker_run_line
 from builder.render.environment import make_environment, render_template
 
 NOT_MEASURED = "not measured"
@@ -51,6 +52,7 @@ FILE_ROLES: tuple[tuple[str, str], ...] = (
     (CARD_NAME, "this model card"),
     (LAUNCH_SCRIPT_NAME, f"launch recipe; {ENV_DRY_RUN}=1 prints the resolved command without starting"),
     (LAUNCH_ENV_DOC_NAME, "every environment variable and KV-related flag with its rationale"),
+    (COMPOSE_NAME, "docker compose service: GPUs, shared memory, mounts, healthcheck, restart policy"),
     ("patches/series", "order in which the patches apply"),
     ("patches/*.diff", "engine patch"),
     ("patches/*.patch", "engine patch"),
@@ -99,6 +101,8 @@ class CardContext(BaseModel):
     bench_headers: list[tuple[str, str]]
     bench: list[BenchRow]
     files: list[tuple[str, str]]
+    docker_run: str
+    compose_name: str = COMPOSE_NAME
     not_measured: str = NOT_MEASURED
     script_name: str = LAUNCH_SCRIPT_NAME
     env_doc_name: str = LAUNCH_ENV_DOC_NAME
@@ -191,6 +195,7 @@ def card_context(*, cfg: ReleaseConfig, plan: LaunchPlan, evidence_dir: Path, fi
         bench_headers=headers,
         bench=bench,
         files=[(rel, describe_file(rel)) for rel in sorted(files)],
+        docker_run=docker_run_line(plan),
     )
 
 

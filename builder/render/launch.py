@@ -12,6 +12,7 @@ from builder.config import LaunchPlan, ReleaseConfig, config_digest
 from builder.config.launch import MODEL_DIR_ENV
 from builder.constants import ENV_DRY_RUN, ENV_LAUNCH_PYTHON, LAUNCH_ENV_DOC_NAME, LAUNCH_SCRIPT_NAME
 from builder.errors import RenderError
+from builder.render.container import COMPOSE_NAME, compose_yaml
 from builder.render.environment import make_environment, render_template
 
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -55,10 +56,11 @@ def launch_context(*, cfg: ReleaseConfig, plan: LaunchPlan) -> dict:
 def render_launch(
     *, cfg: ReleaseConfig, plan: LaunchPlan, env: jinja2.Environment | None = None
 ) -> dict[str, str]:
-    """{bundle-relative path: text} for the launch script and its ENV.md."""
+    """{bundle-relative path: text} for the launch script, its ENV.md and the compose file."""
     env = env or make_environment()
     ctx = launch_context(cfg=cfg, plan=plan)
     return {
         LAUNCH_SCRIPT_NAME: render_template(env, "run_qsa_int8kv.sh.j2", ctx),
         LAUNCH_ENV_DOC_NAME: render_template(env, "ENV.md.j2", ctx),
+        COMPOSE_NAME: compose_yaml(plan, target=cfg.target.name),
     }
