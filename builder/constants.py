@@ -44,6 +44,10 @@ BENCHMARK_SCRIPT = BUNDLE_SRC_DIR / "benchmark_vllm.py"
 #: Names inside a bundle.
 LAUNCH_SCRIPT_NAME = "launch/run_qsa_int8kv.sh"
 LAUNCH_ENV_DOC_NAME = "launch/ENV.md"
+#: ASGI middleware the launch passes to vLLM (--middleware) so a shutdown ends open streams; it
+#: ships beside the launch script, which puts its folder on PYTHONPATH.
+LAUNCH_MIDDLEWARE_NAME = "launch/qfn_stream_shutdown.py"
+LAUNCH_MIDDLEWARE_CLASS = "qfn_stream_shutdown.EndStreamsOnShutdown"
 CARD_NAME = "README.md"
 BUNDLE_MANIFEST_NAME = "bundle.json"
 #: Evidence files whose names start with this are benchmark results, not gates.

@@ -13,6 +13,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from builder.config.container import ContainerPlan, container_plan
+from builder.constants import LAUNCH_MIDDLEWARE_CLASS
 from builder.config.models import (
     PLE,
     KVCache,
@@ -268,6 +269,11 @@ def launch_plan(cfg: ReleaseConfig, *, overrides: LaunchOverrides | None = None)
     flags.append(
         Flag(flag="--shutdown-timeout", value=str(container.drain_s),
              why=f"On SIGTERM in-flight requests may finish for {container.drain_s} s; the rest are aborted, which ends their streams.")
+    )
+    flags.append(
+        Flag(flag="--middleware", value=LAUNCH_MIDDLEWARE_CLASS,
+             why="Once the server is exiting, ends responses still open (streams get an error event and [DONE]) "
+                 "instead of leaving uvicorn waiting on them until SIGKILL.")
     )
     more_flags, more_env = _server_entries(cors_origins=srv.cors_origins, log_level=srv.log_level, origin="target")
     flags += more_flags

@@ -228,12 +228,12 @@ class ApiSurface:
         return {"detail": f"{n} + 1 tokens = max_model_len {self.max_model_len}"}
 
     async def past_context_limit(self) -> dict[str, Any]:
-        n = self.max_model_len
+        n = self.max_model_len + 16  # well past it: the context-length error, not a max_tokens quirk
         try:
             await self.sdk.completions.create(model=self.model, prompt=await self._prompt_ids(n), max_tokens=1, temperature=0)
         except openai.BadRequestError as exc:
             return {"detail": f"400: {_body(exc)[:120]}"}
-        raise _Failed(f"{n} + 1 tokens past max_model_len {self.max_model_len} were accepted")
+        raise _Failed(f"a {n}-token prompt, past max_model_len {self.max_model_len}, was accepted")
 
     # --- malformed requests ------------------------------------------------------------------
 

@@ -23,6 +23,7 @@ from builder.constants import (
     CHECKSUMS_NAME,
     ENV_DRY_RUN,
     LAUNCH_ENV_DOC_NAME,
+    LAUNCH_MIDDLEWARE_NAME,
     LAUNCH_SCRIPT_NAME,
 )
 from builder.errors import RenderError
@@ -53,6 +54,7 @@ FILE_ROLES: tuple[tuple[str, str], ...] = (
     (LAUNCH_SCRIPT_NAME, f"launch recipe; {ENV_DRY_RUN}=1 prints the resolved command without starting"),
     (LAUNCH_ENV_DOC_NAME, "every environment variable and KV-related flag with its rationale"),
     (COMPOSE_NAME, "docker compose service: GPUs, shared memory, mounts, healthcheck, restart policy"),
+    (LAUNCH_MIDDLEWARE_NAME, "vLLM --middleware the launch loads: a shutdown ends open streams cleanly"),
     ("patches/series", "order in which the patches apply"),
     ("patches/*.diff", "engine patch"),
     ("patches/*.patch", "engine patch"),

@@ -14,7 +14,7 @@ def test_render_writes_and_rerenders(tmp_path):
     out = tmp_path / "r"
     paths = render_to(target="cmp170hx-x2", out=out, evidence_root=tmp_path / "no-evidence")
     assert sorted(p.relative_to(out).as_posix() for p in paths) == [
-        "README.md", "launch/ENV.md", "launch/compose.yaml", "launch/run_qsa_int8kv.sh"
+        "README.md", "launch/ENV.md", "launch/compose.yaml", "launch/qfn_stream_shutdown.py", "launch/run_qsa_int8kv.sh"
     ]
     assert subprocess.run(["bash", "-n", str(out / "launch/run_qsa_int8kv.sh")]).returncode == 0
     render_to(target="gb10", out=out, evidence_root=tmp_path / "no-evidence")
