@@ -162,7 +162,7 @@ def serve(
     The API key is read from VLLM_API_KEY (never a flag): the container gets it, the wait sends it.
     """
     from builder import serve as serving
-    from builder.config.launch import LaunchOverrides
+    from builder.config.overrides import LaunchOverrides
 
     cfg = config.load_target(target)
     if stop:

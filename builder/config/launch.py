@@ -7,13 +7,11 @@ taken from a config field description, so the docs cannot drift from what runs.
 from __future__ import annotations
 
 import json
-import re
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from builder.config.container import ContainerPlan, container_plan
-from builder.constants import LAUNCH_MIDDLEWARE_CLASS
 from builder.config.models import (
     PLE,
     KVCache,
@@ -23,6 +21,8 @@ from builder.config.models import (
     Server,
     Speculative,
 )
+from builder.config.overrides import LaunchOverrides
+from builder.constants import LAUNCH_MIDDLEWARE_CLASS
 
 MODEL_DIR_ENV = "MODEL_DIR"
 """The one input the launch needs from its caller: where the pinned snapshot lies."""
@@ -30,7 +30,6 @@ MODEL_DIR_ENV = "MODEL_DIR"
 #: "target": from the target file, rendered into the launch script and baked into the image;
 #: "serve": added for one `builder serve` run, passed to the container at run time.
 Origin = Literal["target", "serve"]
-LogLevel = Literal["debug", "info", "warning", "error"]
 
 
 class Flag(BaseModel):
@@ -89,45 +88,6 @@ def _words(flags) -> list[str]:
         if f.value is not None:
             out.append(f.value)
     return out
-
-
-_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-#: Flags `builder serve` owns itself: the port mapping, and the key that must not be on a command line.
-_SERVE_OWNED_FLAGS = {"--port": "pass --port to builder serve (the host port)", "--host": "use --bind",
-                      "--api-key": "export VLLM_API_KEY instead: a command line is visible in `ps` and `docker inspect`"}
-
-
-class LaunchOverrides(BaseModel):
-    """What one `builder serve` run adds to the target's plan; never baked into an image or bundle."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-    env: dict[str, str] = Field(default_factory=dict, description="`--env K=V`: extra variables for the engine.")
-    extra_args: list[str] = Field(default_factory=list, description="`-- FLAGS`: extra vLLM flags, appended.")
-    cors_origins: list[str] = Field(default_factory=list, description="`--cors-origin`: browser origins allowed.")
-    log_level: LogLevel | None = Field(default=None, description="`--log-level`: engine and HTTP log level.")
-
-    @classmethod
-    def parse(cls, *, env: list[str], extra_args: list[str], cors_origins: list[str], log_level: str | None) -> LaunchOverrides:
-        """From `builder serve` options; bad ones raise ConfigError naming the option and the fix."""
-        from builder.errors import ConfigError
-
-        pairs: dict[str, str] = {}
-        for item in env:
-            name, sep, value = item.partition("=")
-            if not sep or not _ENV_NAME.match(name):
-                raise ConfigError(f"--env {item!r} is not NAME=VALUE with a shell variable name",
-                                  hint="write it as --env NAME=VALUE, e.g. --env VLLM_CPU_KVCACHE_SPACE=4")
-            if name == "VLLM_API_KEY":
-                raise ConfigError("--env VLLM_API_KEY=... would put the key on a command line",
-                                  hint="export VLLM_API_KEY in the shell that runs builder serve; serve passes it on unprinted")
-            pairs[name] = value
-        for arg in extra_args:
-            owned = _SERVE_OWNED_FLAGS.get(arg.split("=", 1)[0])
-            if owned:
-                raise ConfigError(f"extra vLLM flag {arg.split('=', 1)[0]} is set by builder serve itself", hint=owned)
-        if log_level is not None and log_level not in LogLevel.__args__:
-            raise ConfigError(f"--log-level {log_level!r} is not one of {', '.join(LogLevel.__args__)}", hint="pick one of those")
-        return cls(env=pairs, extra_args=list(extra_args), cors_origins=list(cors_origins), log_level=log_level)
 
 
 def _server_entries(*, cors_origins: list[str], log_level: str | None, origin: Origin) -> tuple[list[Flag], list[EnvVar]]:
@@ -268,7 +228,7 @@ def launch_plan(cfg: ReleaseConfig, *, overrides: LaunchOverrides | None = None)
         ]
     flags.append(
         Flag(flag="--shutdown-timeout", value=str(container.drain_s),
-             why=f"On SIGTERM in-flight requests may finish for {container.drain_s} s; the rest are aborted, which ends their streams.")
+             why=f"On SIGTERM in-flight requests may finish for {container.drain_s} s before the engine stops.")
     )
     flags.append(
         Flag(flag="--middleware", value=LAUNCH_MIDDLEWARE_CLASS,

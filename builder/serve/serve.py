@@ -13,7 +13,7 @@ from pydantic import BaseModel, ConfigDict
 from rich.console import Console
 
 from builder.config import ReleaseConfig, launch_plan, require_pinned_base
-from builder.config.launch import LaunchOverrides
+from builder.config.overrides import LaunchOverrides
 from builder.constants import SERVE_BIND_HOST, SERVE_LABEL, SERVE_WAIT_TIMEOUT_S
 from builder.errors import ServeError
 from builder.image.daemon import docker_client

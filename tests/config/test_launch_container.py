@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from builder.config import launch_plan, load_target
-from builder.config.launch import LaunchOverrides
+from builder.config.overrides import LaunchOverrides
 from builder.errors import ConfigError
 from builder.image.recipe import image_tag
 

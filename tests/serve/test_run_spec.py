@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from builder.config import launch_plan
-from builder.config.launch import LaunchOverrides
+from builder.config.overrides import LaunchOverrides
 from builder.constants import CONTAINER_MODEL_DIR, CONTAINER_PLE_DIR
 from builder.errors import ServeError
 from builder.serve.container import run_spec
