@@ -66,7 +66,7 @@ def test_docker_default_shm_is_refused_at_once_saying_what_to_pass(image, docker
         )
     assert time.monotonic() - start < 60  # before the engine loads, not ~45 s into it
     assert err.value.exit_status == 2
-    assert b"/dev/shm holds only 64 MiB" in err.value.stderr and b"--shm-size 1g" in err.value.stderr
+    assert b"/dev/shm holds only" in err.value.stderr and b"--shm-size 1g" in err.value.stderr
 
 
 def test_torch_compile_works_in_the_image(image, docker_client):
