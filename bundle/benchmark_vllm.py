@@ -17,6 +17,7 @@ std, as numpy's defaults that vLLM uses.
 Usage:
   python benchmark_vllm.py --url http://127.0.0.1:8000 --workload all --out results/
   python benchmark_vllm.py --url http://A:8000 --ab-url http://B:8000 --rounds 4 --out ab/
+A server started with an API key needs it in VLLM_API_KEY (sent as a Bearer token).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ import argparse
 import asyncio
 import json
 import math
+import os
 import random
 import re
 import secrets
@@ -654,7 +656,9 @@ async def _served_model(client: httpx.AsyncClient, base_url: str) -> tuple[str, 
 async def _main(args: argparse.Namespace) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    async with httpx.AsyncClient() as client:
+    # The key comes from the environment as vLLM reads it, so it never shows in `ps`.
+    key = os.environ.get("VLLM_API_KEY")
+    async with httpx.AsyncClient(headers={"Authorization": f"Bearer {key}"} if key else None) as client:
         model, max_len = await _served_model(client, args.url)
         if args.ab_url:
             model_b, _ = await _served_model(client, args.ab_url)

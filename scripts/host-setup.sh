@@ -7,6 +7,8 @@ need=()
 command -v shellcheck >/dev/null || need+=(shellcheck)
 command -v dockerd >/dev/null || need+=(docker.io)
 command -v debootstrap >/dev/null || need+=(debootstrap)
+# `docker compose config` validates the bundles' compose.yaml (Debian ships compose as docker-compose).
+docker compose version >/dev/null 2>&1 || command -v docker-compose >/dev/null || need+=(docker-compose)
 if ((${#need[@]})); then
   if [ "$(id -u)" != 0 ]; then
     echo "host-setup: missing ${need[*]}; install them (apt-get install -y ${need[*]}) or run as root" >&2

@@ -7,9 +7,11 @@ taken from a config field description, so the docs cannot drift from what runs.
 from __future__ import annotations
 
 import json
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from builder.config.container import ContainerPlan, container_plan
 from builder.config.models import (
     PLE,
     KVCache,
@@ -19,9 +21,15 @@ from builder.config.models import (
     Server,
     Speculative,
 )
+from builder.config.overrides import LaunchOverrides
+from builder.constants import LAUNCH_MIDDLEWARE_CLASS
 
 MODEL_DIR_ENV = "MODEL_DIR"
 """The one input the launch needs from its caller: where the pinned snapshot lies."""
+
+#: "target": from the target file, rendered into the launch script and baked into the image;
+#: "serve": added for one `builder serve` run, passed to the container at run time.
+Origin = Literal["target", "serve"]
 
 
 class Flag(BaseModel):
@@ -30,6 +38,7 @@ class Flag(BaseModel):
     value: str | None = Field(default=None, description="None for a switch.")
     why: str
     kv_related: bool = False
+    origin: Origin = "target"
 
 
 class EnvVar(BaseModel):
@@ -37,6 +46,7 @@ class EnvVar(BaseModel):
     name: str
     value: str
     why: str
+    origin: Origin = "target"
 
 
 class RequiredInput(BaseModel):
@@ -57,22 +67,49 @@ class LaunchPlan(BaseModel):
     warnings: list[str] = Field(
         default_factory=list, description="Known gaps between the config and what the engine can do."
     )
+    container: ContainerPlan
 
     def argv(self, *, model_path: str) -> list[str]:
         out = ["python3", "-m", self.module, "--model", model_path]
-        for f in self.flags:
-            out.append(f.flag)
-            if f.value is not None:
-                out.append(f.value)
-        return out
+        return out + _words(self.flags)
+
+    def serve_args(self) -> list[str]:
+        """The flags `builder serve` adds for one run: appended after the image name, the launch script appends them."""
+        return _words(f for f in self.flags if f.origin == "serve")
+
+    def serve_env(self) -> dict[str, str]:
+        return {e.name: e.value for e in self.env if e.origin == "serve"}
+
+
+def _words(flags) -> list[str]:
+    out: list[str] = []
+    for f in flags:
+        out.append(f.flag)
+        if f.value is not None:
+            out.append(f.value)
+    return out
+
+
+def _server_entries(*, cors_origins: list[str], log_level: str | None, origin: Origin) -> tuple[list[Flag], list[EnvVar]]:
+    flags: list[Flag] = []
+    env: list[EnvVar] = []
+    if cors_origins:
+        flags.append(Flag(flag="--allowed-origins", value=json.dumps(cors_origins, separators=(",", ":")),
+                          why=_why(Server, "cors_origins"), origin=origin))
+    if log_level is not None:
+        flags.append(Flag(flag="--uvicorn-log-level", value=log_level, why=_why(Server, "log_level"), origin=origin))
+        env.append(EnvVar(name="VLLM_LOGGING_LEVEL", value=log_level.upper(), why=_why(Server, "log_level"), origin=origin))
+    return flags, env
 
 
 def _why(model: type[BaseModel], field: str) -> str:
     return model.model_fields[field].description or field
 
 
-def launch_plan(cfg: ReleaseConfig) -> LaunchPlan:
+def launch_plan(cfg: ReleaseConfig, *, overrides: LaunchOverrides | None = None) -> LaunchPlan:
+    """The target's plan; with ``overrides``, plus the entries of one `builder serve` run (origin "serve")."""
     m, kv, par, spec, ple, srv = cfg.model, cfg.kv_cache, cfg.parallel, cfg.speculative, cfg.ple, cfg.server
+    container = container_plan(cfg)
     engine = cfg.engine.resolved
     flags: list[Flag] = [
         Flag(flag="--served-model-name", value=m.served_name, why=_why(Model, "served_name")),
@@ -189,8 +226,28 @@ def launch_plan(cfg: ReleaseConfig) -> LaunchPlan:
             EnvVar(name="CUTE_DSL_ARCH", value="sm_121a", why="CuTe DSL kernels must target sm_121a on GB10."),
             EnvVar(name="MAX_JOBS", value="2", why="JIT builds can exhaust GB10's unified memory."),
         ]
+    flags.append(
+        Flag(flag="--shutdown-timeout", value=str(container.drain_s),
+             why=f"On SIGTERM in-flight requests may finish for {container.drain_s} s before the engine stops.")
+    )
+    flags.append(
+        Flag(flag="--middleware", value=LAUNCH_MIDDLEWARE_CLASS,
+             why="Once the server is exiting, ends responses still open (streams get an error event and [DONE]) "
+                 "instead of leaving uvicorn waiting on them until SIGKILL.")
+    )
+    more_flags, more_env = _server_entries(cors_origins=srv.cors_origins, log_level=srv.log_level, origin="target")
+    flags += more_flags
+    env += more_env
     env += [EnvVar(name=k, value=v, why="Set by server.extra_env in the target file.") for k, v in srv.extra_env.items()]
     flags += [Flag(flag=a, why="Set by server.extra_args in the target file.") for a in srv.extra_args]
+    if overrides is not None:
+        more_flags, more_env = _server_entries(
+            cors_origins=overrides.cors_origins, log_level=overrides.log_level, origin="serve"
+        )
+        flags += more_flags
+        env += more_env
+        env += [EnvVar(name=k, value=v, why="Set by builder serve --env.", origin="serve") for k, v in overrides.env.items()]
+        flags += [Flag(flag=a, why="Set by builder serve -- FLAGS.", origin="serve") for a in overrides.extra_args]
 
     return LaunchPlan(
         module=engine.api_server_module,
@@ -198,4 +255,5 @@ def launch_plan(cfg: ReleaseConfig) -> LaunchPlan:
         env=env,
         required=[RequiredInput(env=MODEL_DIR_ENV, why=f"Local snapshot of {m.repo_id}@{m.revision}.")],
         warnings=warnings,
+        container=container,
     )

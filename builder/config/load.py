@@ -75,12 +75,25 @@ def format_validation_error(exc: ValidationError) -> str:
 def require_pinned_base(cfg: ReleaseConfig) -> str:
     """The base image reference, refusing one without a digest (builds and serves must be reproducible)."""
     if cfg.target.base_image_digest is None:
+        name = cfg.target.name
+        if _machine_local(cfg.target.base_image):
+            # Its digest exists only on this machine: pin a copy, never the tracked target file.
+            hint = (f"this base is built on this machine, so its digest is machine-local: `make image TARGET={name}` "
+                    f"builds it and pins a copy, .cache/targets/{name}.toml (targets/{name}.toml stays as it is); "
+                    f"then `make serve TARGET={name}`, or pass --target .cache/targets/{name}.toml")
+        else:
+            hint = (f"pull the image, then run `builder pin --target {name}` to write its digest "
+                    "into the target file (or edit base_image to name@sha256:<digest>)")
         raise ImagePinError(
-            f"target.base_image '{cfg.target.base_image}' of target '{cfg.target.name}' has no @sha256: digest",
-            hint=f"pull the image, then run `builder pin --target {cfg.target.name}` to write its digest "
-            "into the target file (or edit base_image to name@sha256:<digest>)",
+            f"target.base_image '{cfg.target.base_image}' of target '{name}' has no @sha256: digest", hint=hint
         )
     return cfg.target.base_image
+
+
+def _machine_local(ref: str) -> bool:
+    """A base in a registry on this host (scripts/local-registry.sh): its digest means nothing elsewhere."""
+    host = ref.split("/", 1)[0] if "/" in ref else ""
+    return host.split(":", 1)[0] in ("127.0.0.1", "localhost")
 
 
 def config_digest(cfg: ReleaseConfig) -> str:

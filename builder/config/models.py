@@ -176,6 +176,13 @@ class Server(StrictModel):
     )
     max_num_seqs: int | None = Field(default=None, ge=1, description="`--max-num-seqs`: concurrent sequences.")
     enforce_eager: bool = Field(default=False, description="`--enforce-eager`: skip CUDA-graph/compile warmup.")
+    cors_origins: list[str] = Field(
+        default_factory=list,
+        description="`--allowed-origins`: origins browsers may call the API from (CORS); none by default.",
+    )
+    log_level: Literal["debug", "info", "warning", "error"] | None = Field(
+        default=None, description="Engine and HTTP log level (VLLM_LOGGING_LEVEL and `--uvicorn-log-level`); default info."
+    )
     extra_args: list[str] = Field(default_factory=list, description="Further vLLM flags, appended verbatim.")
     extra_env: dict[str, str] = Field(default_factory=dict, description="Further environment variables.")
 
@@ -187,7 +194,7 @@ class Patches(StrictModel):
     reason: str | None = Field(default=None, description="Why the series is not applied, when apply is false.")
 
 
-GateName = Literal["golden_probes", "battery", "determinism", "needle", "prefix_cache", "kv_pool"]
+GateName = Literal["golden_probes", "battery", "determinism", "needle", "prefix_cache", "kv_pool", "api_surface"]
 
 
 class Gates(StrictModel):
@@ -200,7 +207,7 @@ class Gates(StrictModel):
         "model.served_name.",
     )
     required: list[GateName] = Field(
-        default_factory=lambda: ["golden_probes", "battery", "determinism", "needle", "prefix_cache", "kv_pool"],
+        default_factory=lambda: ["golden_probes", "battery", "determinism", "needle", "prefix_cache", "kv_pool", "api_surface"],
         description="Gates whose failure makes `builder gates` exit non-zero and blocks publishing.",
     )
     determinism_runs: int = Field(default=8, ge=2, description="Identical temperature-0 requests sent together.")

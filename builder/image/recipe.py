@@ -10,8 +10,8 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict
 
 from builder import __version__
-from builder.config import ReleaseConfig, require_pinned_base
-from builder.constants import IMAGE_REPO, WHEEL_DIR
+from builder.config import ReleaseConfig, container, require_pinned_base
+from builder.constants import WHEEL_DIR
 
 
 class EngineInstall(BaseModel):
@@ -74,7 +74,7 @@ class BuildRecipe(BaseModel):
 
 
 def image_tag(cfg: ReleaseConfig, *, version: str = __version__) -> str:
-    return f"{IMAGE_REPO}:{cfg.target.name}-{version}"
+    return container.image_tag(cfg, version=version)  # one formula for build, serve, docker run and compose
 
 
 def build_recipe(cfg: ReleaseConfig, *, wheel_dir: Path = WHEEL_DIR) -> BuildRecipe:

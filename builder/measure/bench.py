@@ -16,6 +16,7 @@ from builder.measure.core import bench
 from builder.measure.evidence import BenchEvidence, now, write_bytes_atomic, write_json_atomic
 from builder.measure.report import bench_chart_png, bench_markdown, bench_table, make_console
 from builder.measure.server import probe
+from builder.serve.auth import auth_headers
 
 Workload = bench.Workload
 
@@ -32,7 +33,7 @@ async def run_suite_async(
 ) -> list[BenchEvidence]:
     """Run each workload in turn; write bench-<workload>.json as each finishes."""
     results = []
-    async with httpx.AsyncClient() as client:
+    async with httpx.AsyncClient(headers=auth_headers()) as client:
         server = await probe(client, url)
         for wl in suite:
             if wl.input_len + wl.output_len > server.max_model_len:
@@ -99,7 +100,7 @@ def run_ab(
     console = make_console()
 
     async def go() -> dict[str, Any]:
-        async with httpx.AsyncClient() as client:
+        async with httpx.AsyncClient(headers=auth_headers()) as client:
             servers = [await probe(client, u) for u in (url_a, url_b)]
             arms = [bench.Arm(lbl, s.url, s.served_model) for lbl, s in zip((label_a, label_b), servers)]
             with _progress(console) as progress:

@@ -1,4 +1,4 @@
-"""The six quality gates. Each sends real requests at temperature 0 and returns its evidence.
+"""The seven quality gates. Each sends real requests at temperature 0 and returns its evidence.
 
 A gate function returns a `GateOutcome` (verdict, thresholds, what it saw, raw exchanges);
 `run_gates` adds the server, config digest and timestamp and writes evidence/<target>/<gate>.json.
@@ -22,11 +22,13 @@ from rich.text import Text
 
 from builder.constants import GATE_NAMES, REPO_ROOT
 from builder.errors import GateFailed, MeasureError
+from builder.measure.api_surface import ApiSurface
 from builder.measure.core import bench
 from builder.measure.evidence import GateEvidence, ServerInfo, now, write_json_atomic
 from builder.measure.report import make_console
 from builder.measure.server import probe
 from builder.measure.settings import Expectations, GateSettings, PlannedPool, Probe, RecallTask, load_expectations
+from builder.serve.auth import api_key, auth_headers
 
 # Room left in the context for the answer and the chat template's closing tokens.
 _ANSWER_ROOM = 64
@@ -299,6 +301,22 @@ async def gate_kv_pool(ctx: GateContext) -> GateOutcome:
     return kv_pool_outcome(tokens=tokens, source=source, info=info, settings=ctx.settings)
 
 
+async def gate_api_surface(ctx: GateContext) -> GateOutcome:
+    """The OpenAI API features users rely on, each followed by /health (builder/measure/api_surface.py)."""
+    surface = ApiSurface(url=ctx.server.url, model=ctx.server.served_model, max_model_len=ctx.server.max_model_len,
+                         api_key=api_key(), http=ctx.client)
+    checks = await surface.run()
+    failed = [c.name for c in checks if not c.ok]
+    return GateOutcome(
+        verdict="fail" if failed else "pass",
+        summary=f"{len(checks) - len(failed)}/{len(checks)} checks" + (f", failed: {', '.join(failed)}" if failed else ""),
+        thresholds={"checks": [c.name for c in checks], "health_after_each": 200},
+        observed={"passed": {c.name: c.ok for c in checks}, "details": {c.name: c.detail for c in checks},
+                  "failed": failed},
+        exchanges=[c.model_dump() for c in checks],
+    )
+
+
 GATES: dict[str, Callable[[GateContext], Awaitable[GateOutcome]]] = {
     "golden_probes": gate_golden,
     "battery": gate_battery,
@@ -306,6 +324,7 @@ GATES: dict[str, Callable[[GateContext], Awaitable[GateOutcome]]] = {
     "needle": gate_needle,
     "prefix_cache": gate_prefix_cache,
     "kv_pool": gate_kv_pool,
+    "api_surface": gate_api_surface,
 }
 assert tuple(GATES) == GATE_NAMES
 
@@ -322,7 +341,7 @@ async def run_gates_async(
     if unknown:
         raise MeasureError(f"unknown gate(s) {unknown}", hint=f"choose from {list(GATE_NAMES)}")
     results = []
-    async with httpx.AsyncClient() as client:
+    async with httpx.AsyncClient(headers=auth_headers()) as client:
         server = await probe(client, url)
         ctx = GateContext(client=client, server=server, settings=settings, expectations=expectations,
                           server_log=server_log)

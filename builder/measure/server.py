@@ -7,6 +7,7 @@ import httpx
 from builder.errors import MeasureError
 from builder.measure.core import bench
 from builder.measure.evidence import ServerInfo
+from builder.serve.auth import unauthorized_message
 
 
 async def probe(client: httpx.AsyncClient, url: str) -> ServerInfo:
@@ -22,7 +23,13 @@ async def probe(client: httpx.AsyncClient, url: str) -> ServerInfo:
     if health.status_code != 200:
         raise MeasureError(f"{url}/health answered {health.status_code}: the engine is not ready or dead",
                            hint="check the server log; restart the server")
-    models = (await client.get(base + "/v1/models", timeout=10)).json()["data"]
+    answer = await client.get(base + "/v1/models", timeout=10)
+    if answer.status_code in (401, 403):  # waiting or retrying cannot fix a key
+        message, hint = unauthorized_message(
+            answer.status_code, f"{base}/v1/models", sent_key="authorization" in client.headers
+        )
+        raise MeasureError(message, hint=hint)
+    models = answer.json()["data"]
     version = (await client.get(base + "/version", timeout=10)).json().get("version", "unknown")
     samples = await bench.scrape(client, base)
     dtype = next((s.labels.get("cache_dtype") for s in samples if s.name == "vllm:cache_config_info"), None)

@@ -24,6 +24,7 @@ from builder.constants import (
     CHECKSUMS_NAME,
     ENV_DRY_RUN,
     LAUNCH_ENV_DOC_NAME,
+    LAUNCH_MIDDLEWARE_NAME,
     LAUNCH_SCRIPT_NAME,
 )
 from builder.errors import BuilderError, RenderError
@@ -31,6 +32,7 @@ from builder.measure.evidence import load_gate_evidence
 from builder.plan import plan_target
 from builder.plan.models import CapacityPlan
 from builder.render.capacity import CapacitySection, capacity_section
+from builder.render.container import COMPOSE_NAME, docker_run_line
 from builder.render.environment import make_environment, render_template
 
 NOT_MEASURED = "not measured"
@@ -55,6 +57,8 @@ FILE_ROLES: tuple[tuple[str, str], ...] = (
     (CARD_NAME, "this model card"),
     (LAUNCH_SCRIPT_NAME, f"launch recipe; {ENV_DRY_RUN}=1 prints the resolved command without starting"),
     (LAUNCH_ENV_DOC_NAME, "every environment variable and KV-related flag with its rationale"),
+    (COMPOSE_NAME, "docker compose service: GPUs, shared memory, mounts, healthcheck, restart policy"),
+    (LAUNCH_MIDDLEWARE_NAME, "vLLM --middleware the launch loads: a shutdown ends open streams cleanly"),
     ("patches/series", "order in which the patches apply"),
     ("patches/*.diff", "engine patch"),
     ("patches/*.patch", "engine patch"),
@@ -115,6 +119,8 @@ class CardContext(BaseModel):
     bench: list[BenchRow]
     capacity: CapacitySection
     files: list[tuple[str, str]]
+    docker_run: str
+    compose_name: str = COMPOSE_NAME
     not_measured: str = NOT_MEASURED
     script_name: str = LAUNCH_SCRIPT_NAME
     env_doc_name: str = LAUNCH_ENV_DOC_NAME
@@ -244,6 +250,7 @@ def card_context(
         bench=bench,
         capacity=capacity_section(capacity, plan_error=capacity_error, evidence_dir=evidence_dir, kernels_dir=kernels_dir),
         files=file_rows(files, evidence_dir=evidence_dir, kernels_dir=kernels_dir),
+        docker_run=docker_run_line(plan),
     )
 
 

@@ -4,14 +4,23 @@ from __future__ import annotations
 
 import re
 import shlex
+from pathlib import Path
 
 import jinja2
 
 import builder
 from builder.config import LaunchPlan, ReleaseConfig, config_digest
 from builder.config.launch import MODEL_DIR_ENV
-from builder.constants import ENV_DRY_RUN, ENV_LAUNCH_PYTHON, LAUNCH_ENV_DOC_NAME, LAUNCH_SCRIPT_NAME
+from builder.constants import (
+    ENV_DRY_RUN,
+    ENV_LAUNCH_PYTHON,
+    LAUNCH_ENV_DOC_NAME,
+    LAUNCH_MIDDLEWARE_NAME,
+    LAUNCH_SCRIPT_NAME,
+    LAUNCH_TEMPLATES_DIR,
+)
 from builder.errors import RenderError
+from builder.render.container import COMPOSE_NAME, compose_yaml
 from builder.render.environment import make_environment, render_template
 
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -49,16 +58,20 @@ def launch_context(*, cfg: ReleaseConfig, plan: LaunchPlan) -> dict:
         "snapshot_marker": {MODEL_DIR_ENV: SNAPSHOT_MARKER} if cfg.model.source == "hub-snapshot" else {},
         "script_name": LAUNCH_SCRIPT_NAME,
         "model_env": MODEL_DIR_ENV,
+        "middleware_module": Path(LAUNCH_MIDDLEWARE_NAME).stem,
     }
 
 
 def render_launch(
-    *, cfg: ReleaseConfig, plan: LaunchPlan, env: jinja2.Environment | None = None
+    *, cfg: ReleaseConfig, plan: LaunchPlan, env: jinja2.Environment | None = None,
+    launch_dir: Path = LAUNCH_TEMPLATES_DIR,
 ) -> dict[str, str]:
-    """{bundle-relative path: text} for the launch script and its ENV.md."""
+    """{bundle-relative path: text} for the launch script, its ENV.md and the compose file."""
     env = env or make_environment()
     ctx = launch_context(cfg=cfg, plan=plan)
     return {
         LAUNCH_SCRIPT_NAME: render_template(env, "run_qsa_int8kv.sh.j2", ctx),
         LAUNCH_ENV_DOC_NAME: render_template(env, "ENV.md.j2", ctx),
+        COMPOSE_NAME: compose_yaml(plan, target=cfg.target.name),
+        LAUNCH_MIDDLEWARE_NAME: (launch_dir / Path(LAUNCH_MIDDLEWARE_NAME).name).read_text(),
     }

@@ -8,16 +8,14 @@ import docker
 from docker.errors import APIError, ImageNotFound, NotFound
 from docker.models.containers import Container
 from docker.types import DeviceRequest, Mount
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, SecretStr
 
-from builder.config import ReleaseConfig
+from builder.config import LaunchPlan, ReleaseConfig, launch_plan
+from builder.config.container import default_container_name
 from builder.config.launch import MODEL_DIR_ENV
-from builder.constants import CONTAINER_MODEL_DIR, CONTAINER_PLE_DIR, SERVE_LABEL
+from builder.constants import ENV_VLLM_API_KEY, SERVE_LABEL
 from builder.errors import ServeError
 from builder.serve.wait import LOG_TAIL_LINES
-
-#: Shared memory for CPU targets (GPU targets share the host's IPC namespace instead).
-CPU_SHM_SIZE = "1g"
 
 
 class RunSpec(BaseModel):
@@ -27,7 +25,7 @@ class RunSpec(BaseModel):
 
     image: str
     name: str
-    command: list[str]  # empty: the image's rendered launch script (entrypoint default)
+    command: list[str]  # flags appended to the image's rendered launch script (entrypoint); empty: none
     environment: dict[str, str]
     ports: dict[str, tuple[str, int]]
     mounts: list[tuple[str, str]]  # (host dir, container dir), all read-only
@@ -37,11 +35,13 @@ class RunSpec(BaseModel):
     cap_add: list[str]
     labels: dict[str, str]
     memory: str | None = None  # docker --memory: an OOM kill beats a host lock-up on unified memory
+    # The API key: only ever handed to docker, never shown by repr, logs or model_dump_json.
+    secret_environment: dict[str, SecretStr] = {}
 
 
 def container_name(*, target: str, name: str | None = None) -> str:
     """The container `serve` starts (and `serve --stop` removes) for a target: --name, or qfn-int8kv-<target>."""
-    return name or f"qfn-int8kv-{target}"
+    return name or default_container_name(target)
 
 
 def run_spec(
@@ -54,35 +54,36 @@ def run_spec(
     host_port: int | None,
     name: str | None = None,
     memory: str | None = None,
+    plan: LaunchPlan | None = None,
+    api_key: str | None = None,
 ) -> RunSpec:
-    t, srv = cfg.target, cfg.server
-    mounts = [(str(model_dir.resolve()), CONTAINER_MODEL_DIR)]
-    # The launch script baked into the image sets the plan's flags and env; it needs MODEL_DIR.
-    env = {MODEL_DIR_ENV: CONTAINER_MODEL_DIR, "QFN_PORT": str(srv.port)}
+    """``plan``: the target's launch plan, with one run's overrides (default: the target's own)."""
+    t = cfg.target
+    plan = plan or launch_plan(cfg)
+    box = plan.container
+    hosts = {MODEL_DIR_ENV: model_dir}
     if cfg.ple.present:
         if ple_dir is None:
             raise ServeError(
                 f"target {t.name} serves a model with a PLE table (ple.present) but no PLE dir was given",
                 hint="pass --ple-dir DIR (the host directory holding the PLE table); it is mounted read-only",
             )
-        mounts.append((str(ple_dir.resolve()), CONTAINER_PLE_DIR))
-        env["QFN_PLE_DIR"] = CONTAINER_PLE_DIR
-    gpu = t.gpu_count > 0
+        hosts["PLE_DIR"] = ple_dir
+    mounts = [(str(hosts[m.host_env].resolve()), m.path) for m in box.mounts]
     return RunSpec(
         image=image,
         name=container_name(target=t.name, name=name),
-        command=[],
-        environment=env,
-        ports={f"{srv.port}/tcp": (bind, host_port or srv.port)},
+        command=plan.serve_args(),
+        environment={**box.environment, **plan.serve_env()},
+        ports={f"{box.port}/tcp": (bind, host_port or box.port)},
         mounts=mounts,
-        gpus=t.gpu_count,
-        # vLLM's mp executor passes tensors through shared memory: host IPC on GPU hosts.
-        ipc_mode="host" if gpu else None,
-        shm_size=None if gpu else CPU_SHM_SIZE,
-        # The PLE offload worker takes the engine's fds with pidfd_getfd, which needs ptrace rights.
-        cap_add=["SYS_PTRACE"] if cfg.ple.cpu_offload else [],
+        gpus=box.gpus,
+        ipc_mode="host" if box.ipc_host else None,
+        shm_size=box.shm_size,
+        cap_add=box.cap_add,
         labels={SERVE_LABEL: t.name},
         memory=memory,
+        secret_environment={ENV_VLLM_API_KEY: SecretStr(api_key)} if api_key else {},
     )
 
 
@@ -97,7 +98,7 @@ def start_container(*, client: docker.DockerClient, spec: RunSpec) -> Container:
             spec.command or None,
             name=spec.name,
             detach=True,
-            environment=spec.environment,
+            environment={**spec.environment, **{k: v.get_secret_value() for k, v in spec.secret_environment.items()}},
             ports=spec.ports,
             mounts=[Mount(target=c, source=h, type="bind", read_only=True) for h, c in spec.mounts],
             device_requests=[DeviceRequest(count=spec.gpus, capabilities=[["gpu"]])] if spec.gpus else None,

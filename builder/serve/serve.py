@@ -12,12 +12,14 @@ from docker.errors import NotFound
 from pydantic import BaseModel, ConfigDict
 from rich.console import Console
 
-from builder.config import ReleaseConfig, require_pinned_base
+from builder.config import ReleaseConfig, launch_plan, require_pinned_base
+from builder.config.overrides import LaunchOverrides
 from builder.constants import SERVE_BIND_HOST, SERVE_LABEL, SERVE_WAIT_TIMEOUT_S
 from builder.errors import ServeError
 from builder.image.daemon import docker_client
 from builder.image.recipe import image_tag
 from builder.models import prepare_smollm2
+from builder.serve.auth import api_key
 from builder.serve.container import check_alive, container_name, remove_container, run_spec, start_container
 from builder.serve.wait import Ready, check_timeout, wait_ready
 
@@ -41,15 +43,19 @@ def serve(
     timeout_s: float = SERVE_WAIT_TIMEOUT_S,
     name: str | None = None,
     memory: str | None = None,
+    overrides: LaunchOverrides | None = None,
     console: Console | None = None,
 ) -> Served:
     """Run the target's image detached and return once it is ready; the server keeps running.
 
+    ``overrides`` (--env, extra flags, CORS, log level) join the launch plan for this run only.
+    VLLM_API_KEY, when set, goes to the container unprinted and the wait sends it.
     Any failure while starting (and Ctrl-C) stops and removes the container.
     """
     console = console or Console(stderr=True)
     timeout_s = check_timeout(timeout_s)  # before a container is started for nothing
     require_pinned_base(cfg)  # an image from an unpinned base is not one we serve
+    key = api_key()
     spec = run_spec(
         cfg=cfg,
         image=image_tag(cfg),
@@ -59,6 +65,8 @@ def serve(
         host_port=host_port,
         name=name,
         memory=memory,
+        plan=launch_plan(cfg, overrides=overrides),
+        api_key=key,
     )
     client = docker_client()
     host, port = spec.ports[f"{cfg.server.port}/tcp"]
@@ -76,6 +84,7 @@ def serve(
                 timeout_s=timeout_s,
                 alive=lambda: check_alive(container),
                 console=console,
+                key=key,
             )
         except BaseException:  # ServeError, timeout, Ctrl-C, SIGTERM: never leave a half-started server
             if container is not None:

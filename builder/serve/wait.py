@@ -4,6 +4,8 @@ connection refused -> still loading; /health 200 and /v1/models lists the served
 503 -> engine dead, fail now; a /v1/models answer that is not a model list -> not a vLLM server,
 fail now; container exited (or OOMKilled) -> fail now with its last log lines.
 
+401/403 from /v1/models -> the API key is missing or wrong, fail now (waiting cannot fix it).
+
 The timeout is one deadline for the whole wait: every request gets at most the time left, and a
 server that answers slowly, never, or one byte at a time cannot hold the wait past it.
 """
@@ -24,6 +26,7 @@ from rich.console import Console
 from rich.text import Text
 
 from builder.errors import ServeError
+from builder.serve.auth import api_key, auth_headers, unauthorized_message
 
 #: Seconds between polls, and between progress lines when the output is not a terminal.
 POLL_S = 2.0
@@ -123,8 +126,11 @@ def wait_ready(
     alive: AliveCheck | None = None,
     console: Console | None = None,
     poll_s: float = POLL_S,
+    key: str | None = None,
 ) -> Ready:
+    """``key``: the server's API key; default VLLM_API_KEY from the environment."""
     timeout_s = check_timeout(timeout_s)
+    headers = auth_headers(key if key is not None else api_key())
     base = base_url(url)
     console = console or Console(stderr=True)
     start = time.monotonic()
@@ -136,7 +142,9 @@ def wait_ready(
             if alive is not None:
                 alive()
             try:
-                ready = _probe_within(base=base, served_name=served_name, start=start, seconds=deadline - time.monotonic())
+                ready = _probe_within(
+                    base=base, served_name=served_name, start=start, seconds=deadline - time.monotonic(), headers=headers
+                )
                 break
             except _CutOff as exc:
                 # A poll cut short by the deadline says less than the last one that was answered.
@@ -159,7 +167,7 @@ def wait_ready(
     return ready
 
 
-def _probe_within(*, base: str, served_name: str, start: float, seconds: float) -> Ready:
+def _probe_within(*, base: str, served_name: str, start: float, seconds: float, headers: dict[str, str]) -> Ready:
     """One probe that returns (or gives up) within `seconds`, whatever the server does.
 
     httpx's timeouts bound each read, not a whole answer: a server trickling a byte at a time
@@ -171,7 +179,8 @@ def _probe_within(*, base: str, served_name: str, start: float, seconds: float) 
 
     def run() -> None:
         try:
-            with httpx.Client(timeout=httpx.Timeout(min(REQUEST_TIMEOUT_S, seconds) or 0.001), trust_env=False) as client:
+            timeout = httpx.Timeout(min(REQUEST_TIMEOUT_S, seconds) or 0.001)
+            with httpx.Client(timeout=timeout, trust_env=False, headers=headers) as client:
                 outcome.append(_probe(client=client, base=base, served_name=served_name, start=start))
         except BaseException as exc:  # handed to the waiting thread, which raises it
             outcome.append(exc)
@@ -208,6 +217,9 @@ def _probe(*, client: httpx.Client, base: str, served_name: str, start: float) -
         models = client.get(f"{base}/v1/models")
     except httpx.HTTPError as exc:
         raise NotReady(f"/v1/models failed ({type(exc).__name__})") from exc
+    if models.status_code in (401, 403):
+        message, hint = unauthorized_message(models.status_code, f"{base}/v1/models", sent_key="authorization" in client.headers)
+        raise ServeError(message, hint=hint)
     if models.status_code != 200:
         raise NotReady(f"/v1/models answered {models.status_code}")
     try:

@@ -23,6 +23,8 @@ EXPECTED = [
     "evidence/golden_probes.json",
     "evidence/kernels/int8_unit_test-h200.log",
     "launch/ENV.md",
+    "launch/compose.yaml",
+    "launch/qfn_stream_shutdown.py",
     "launch/run_qsa_int8kv.sh",
     "patches/int8_unit_test.py",
     "patches/qsa-int8.diff",

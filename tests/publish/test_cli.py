@@ -29,7 +29,7 @@ def test_dry_run_prints_the_plan_and_exits_zero(tmp_path):
     hf_home = tmp_path / "hf-home"
     result = builder("publish", str(bundle), "--repo", "qfn/release", env={"HF_TOKEN": FAKE_TOKEN, "HF_HOME": str(hf_home)})
     assert result.returncode == 0, result.stderr
-    for text in ("Files to upload (15", "CHECKSUMS.sha256", "qfn/release", "Release gb10 0.3.1", "dry run"):
+    for text in ("Files to upload (16", "CHECKSUMS.sha256", "qfn/release", "Release gb10 0.3.1", "dry run"):
         assert text in result.stdout
     assert FAKE_TOKEN not in result.stdout + result.stderr
     assert not hf_home.exists() or all(FAKE_TOKEN.encode() not in p.read_bytes() for p in hf_home.rglob("*") if p.is_file())

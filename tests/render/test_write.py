@@ -12,7 +12,10 @@ from builder.constants import REPO_ROOT
 from builder.errors import RenderError
 from builder.render import render_to
 
-RENDERED = ["CHECKSUMS.sha256", "README.md", "launch/ENV.md", "launch/run_qsa_int8kv.sh"]
+RENDERED = [
+    "CHECKSUMS.sha256", "README.md", "launch/ENV.md", "launch/compose.yaml", "launch/qfn_stream_shutdown.py",
+    "launch/run_qsa_int8kv.sh",
+]
 
 
 def _tree(root):

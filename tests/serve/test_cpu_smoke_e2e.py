@@ -161,3 +161,25 @@ def _stream_chat(url: str, model: str, prompt: str) -> str:
                 parts.append(choice.get("delta", {}).get("content") or "")
     assert len(parts) > 1, "the answer did not stream"
     return "".join(parts)
+
+
+def test_api_surface_gate_passes_on_the_image(cpu_smoke_url, pinned_target, tmp_path):
+    """The seventh release gate against the session's server: every OpenAI API feature, /health
+    200 after each (today's image without a compiler failed it at chat_logprobs: see
+    evidence/cpu-smoke/api-surface-control/)."""
+    import asyncio
+
+    from builder.config import config_digest
+    from builder.measure.evidence import load_gate_evidence
+    from builder.measure.gates import run_gates_async
+    from builder.measure.settings import gate_settings
+
+    cfg = load_target(pinned_target)
+    [ev] = asyncio.run(run_gates_async(
+        url=cpu_smoke_url, target=cfg.target.name, settings=gate_settings(cfg), config_digest=config_digest(cfg),
+        out_dir=tmp_path, only=["api_surface"],
+    ))
+    assert ev.verdict == "pass", ev.observed["details"]
+    assert ev.required
+    assert [g.gate for g in load_gate_evidence(tmp_path)] == ["api_surface"]
+    assert all(record["health_after"] == 200 for record in ev.records)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from builder.config import launch_plan
+from builder.config.overrides import LaunchOverrides
 from builder.constants import CONTAINER_MODEL_DIR, CONTAINER_PLE_DIR
 from builder.errors import ServeError
 from builder.serve.container import run_spec
@@ -36,4 +38,30 @@ def test_cpu_smoke_has_no_gpu_no_ptrace_and_shm(pinned, tmp_path):
     spec = run_spec(cfg=pinned("cpu-smoke"), image="i", model_dir=tmp_path, ple_dir=None, bind="0.0.0.0", host_port=18000)
     assert spec.gpus == 0 and spec.cap_add == [] and spec.ipc_mode is None and spec.shm_size
     assert spec.ports == {"8000/tcp": ("0.0.0.0", 18000)}
-    assert spec.environment == {"MODEL_DIR": CONTAINER_MODEL_DIR, "QFN_PORT": "8000"}
+    assert spec.environment == {"MODEL_DIR": CONTAINER_MODEL_DIR}
+    assert spec.secret_environment == {}
+
+
+def test_serve_overrides_reach_the_container_as_appended_flags_and_env(pinned, tmp_path):
+    cfg = pinned("cpu-smoke")
+    overrides = LaunchOverrides.parse(
+        env=["VLLM_CPU_KVCACHE_SPACE=4"], extra_args=["--max-num-seqs", "2"], cors_origins=["http://localhost:3000"],
+        log_level="debug",
+    )
+    spec = run_spec(cfg=cfg, image="i", model_dir=tmp_path, ple_dir=None, bind="127.0.0.1", host_port=None,
+                    plan=launch_plan(cfg, overrides=overrides))
+    # The image's launch script already has the target's flags; only this run's go after the image name.
+    assert spec.command == ["--allowed-origins", '["http://localhost:3000"]', "--uvicorn-log-level", "debug",
+                            "--max-num-seqs", "2"]
+    assert spec.environment == {"MODEL_DIR": CONTAINER_MODEL_DIR, "VLLM_LOGGING_LEVEL": "DEBUG",
+                                "VLLM_CPU_KVCACHE_SPACE": "4"}
+
+
+def test_api_key_goes_to_the_container_but_never_into_printable_fields(pinned, tmp_path):
+    key = "sk-test-" + "x" * 24
+    spec = run_spec(cfg=pinned("cpu-smoke"), image="i", model_dir=tmp_path, ple_dir=None, bind="127.0.0.1",
+                    host_port=None, api_key=key)
+    assert spec.secret_environment["VLLM_API_KEY"].get_secret_value() == key
+    for shown in (repr(spec), str(spec), spec.model_dump_json(), str(spec.model_dump())):
+        assert key not in shown
+    assert key not in " ".join(spec.command) and key not in str(spec.environment)

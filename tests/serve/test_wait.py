@@ -26,6 +26,8 @@ class _Server:
         self.health = 200
         self.models: list[str] = []
         self.hits = 0
+        self.key: str | None = None  # like vLLM's --api-key: /v1 needs "Bearer <key>", /health does not
+        self.seen_auth: list[str | None] = []
         outer = self
 
         class H(http.server.BaseHTTPRequestHandler):
@@ -33,6 +35,11 @@ class _Server:
                 outer.hits += 1
                 if self.path == "/health":
                     self.send_response(outer.health)
+                    self.end_headers()
+                    return
+                outer.seen_auth.append(self.headers.get("Authorization"))
+                if outer.key is not None and self.headers.get("Authorization") != f"Bearer {outer.key}":
+                    self.send_response(401)
                     self.end_headers()
                     return
                 body = json.dumps({"data": [{"id": m, "max_model_len": 2048} for m in outer.models]}).encode()
@@ -314,3 +321,31 @@ def test_serve_refuses_a_bad_timeout_before_starting_anything(pinned):
 
     with pytest.raises(ServeError, match="--timeout must be a positive number"):
         serve(cfg=pinned("cpu-smoke"), model_dir=Path("/nonexistent"), timeout_s=float("nan"))
+def test_401_without_a_key_fails_at_once_saying_to_set_vllm_api_key(server, monkeypatch):
+    monkeypatch.delenv("VLLM_API_KEY", raising=False)
+    server.key, server.models = "s3cret", ["smol"]
+    start = time.monotonic()
+    with pytest.raises(ServeError) as err:
+        wait_ready(url=server.url, served_name="smol", timeout_s=60, poll_s=0.2)
+    assert time.monotonic() - start < 5  # not 45 minutes of "still loading"
+    assert "401" in err.value.message and "requires an API key" in err.value.message
+    assert "VLLM_API_KEY" in err.value.hint
+
+
+def test_a_wrong_key_fails_at_once_and_the_right_one_is_sent_as_bearer(server, monkeypatch):
+    server.key, server.models = "s3cret", ["smol"]
+    monkeypatch.setenv("VLLM_API_KEY", "wrong")
+    with pytest.raises(ServeError) as err:
+        wait_ready(url=server.url, served_name="smol", timeout_s=60, poll_s=0.2)
+    assert "rejected the key in VLLM_API_KEY" in err.value.message
+    assert "wrong" not in str(err.value)  # the key itself is never printed
+    monkeypatch.setenv("VLLM_API_KEY", "s3cret")
+    assert wait_ready(url=server.url, served_name="smol", timeout_s=10, poll_s=0.2).served_name == "smol"
+    assert server.seen_auth[-1] == "Bearer s3cret"
+
+
+def test_no_key_sends_no_authorization_header(server, monkeypatch):
+    monkeypatch.delenv("VLLM_API_KEY", raising=False)
+    server.models = ["smol"]
+    wait_ready(url=server.url, served_name="smol", timeout_s=10, poll_s=0.2)
+    assert server.seen_auth == [None]
