@@ -88,7 +88,8 @@ SERVE_BIND_HOST = "127.0.0.1"
 SERVE_WAIT_TIMEOUT_S = 45 * 60
 #: Mount points inside the served container.
 CONTAINER_MODEL_DIR = "/models/model"
-CONTAINER_PLE_DIR = "/models/ple"
+#: PLE table files of a memory-mapped table (read-write; VLLM_PLE_MMAP_TABLE_DIR points here).
+CONTAINER_PLE_DIR = "/models/ple-tables"
 #: Labels that mark containers started by `builder serve` (for cleanup and lookup).
 SERVE_LABEL = "org.qfn-int8kv.serve"
 #: OCI image-spec label prefix and ours.

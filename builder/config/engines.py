@@ -31,7 +31,13 @@ class EngineProfile(StrictModel):
     )
     ple_mmap: bool = Field(
         default=False,
-        description="Whether the engine can memory-map the PLE table instead of pinning it in host RAM.",
+        description="Whether the engine itself can memory-map the PLE table instead of pinning it in host RAM.",
+    )
+    ple_mmap_patch: str | None = Field(
+        default=None,
+        description="The patch of bundle/patches/series (its '# qfn-int8kv patch:' name) that adds PLE "
+        "table memory-mapping to this engine; mmap is on when the series carries it and the target "
+        "applies the series.",
     )
     api_server_module: str = Field(
         default="vllm.entrypoints.openai.api_server",
@@ -49,6 +55,7 @@ ENGINE_PROFILES: dict[str, EngineProfile] = {
             version=ENGINE_UPSTREAM_VERSION,
             int8_patch_set=True,
             ple_style="engram",
+            ple_mmap_patch="ple-mmap",
         ),
         EngineProfile(
             id="vllm-fork-preview",

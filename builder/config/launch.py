@@ -7,6 +7,7 @@ taken from a config field description, so the docs cannot drift from what runs.
 from __future__ import annotations
 
 import json
+from collections.abc import Collection
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -19,9 +20,13 @@ from builder.config.models import (
     Server,
     Speculative,
 )
+from builder.config.engines import EngineProfile
+from builder.constants import PATCHES_DIR
 
 MODEL_DIR_ENV = "MODEL_DIR"
-"""The one input the launch needs from its caller: where the pinned snapshot lies."""
+"""The input every launch needs from its caller: where the pinned snapshot lies."""
+PLE_TABLE_DIR_ENV = "VLLM_PLE_MMAP_TABLE_DIR"
+"""Where the engine keeps PLE table files when it memory-maps the table (the ple-mmap patch reads it)."""
 
 
 class Flag(BaseModel):
@@ -44,6 +49,8 @@ class RequiredInput(BaseModel):
     env: str
     why: str
     is_dir: bool = True
+    writable: bool = False
+    example: str = "/path/to/snapshot"
 
 
 class LaunchPlan(BaseModel):
@@ -71,9 +78,29 @@ def _why(model: type[BaseModel], field: str) -> str:
     return model.model_fields[field].description or field
 
 
-def launch_plan(cfg: ReleaseConfig) -> LaunchPlan:
+def series_patch_names() -> set[str]:
+    """Names of the patches bundle/patches/series carries."""
+    from builder.patches.series import load_series
+
+    return {p.name for p in load_series(PATCHES_DIR)}
+
+
+def engine_maps_ple(cfg: ReleaseConfig, *, series: Collection[str] | None = None) -> bool:
+    """Whether the served engine can memory-map the PLE table: by itself, or through a patch
+    of the series that the target applies."""
+    engine: EngineProfile = cfg.engine.resolved
+    if engine.ple_mmap:
+        return True
+    if engine.ple_mmap_patch is None or not cfg.patches.apply:
+        return False
+    return engine.ple_mmap_patch in (series_patch_names() if series is None else series)
+
+
+def launch_plan(cfg: ReleaseConfig, *, series: Collection[str] | None = None) -> LaunchPlan:
+    """The plan for ``cfg``; ``series`` (patch names) defaults to bundle/patches/series."""
     m, kv, par, spec, ple, srv = cfg.model, cfg.kv_cache, cfg.parallel, cfg.speculative, cfg.ple, cfg.server
     engine = cfg.engine.resolved
+    required = [RequiredInput(env=MODEL_DIR_ENV, why=f"Local snapshot of {m.repo_id}@{m.revision}.")]
     flags: list[Flag] = [
         Flag(flag="--served-model-name", value=m.served_name, why=_why(Model, "served_name")),
         Flag(flag="--host", value=srv.host, why=_why(Server, "host")),
@@ -159,14 +186,30 @@ def launch_plan(cfg: ReleaseConfig) -> LaunchPlan:
                     )
                 )
         elif engine.ple_style == "engram":
-            # 0.33.0's EngramConfig knows cpu_offload (pinned host table) but has no mmap and no
-            # PLE-specific ready timeout; its engine-wide ready timeout is the closest setting.
-            flags.append(
-                Flag(
-                    flag="--engram-config",
-                    value=json.dumps({"cpu_offload": ple.cpu_offload}, separators=(",", ":")),
-                    why="Upstream 0.33 reads PLE offload from --engram-config. " + _why(PLE, "cpu_offload"),
+            # 0.33.0's EngramConfig knows cpu_offload (pinned host table); the ple-mmap patch adds
+            # mmap_table. It has no PLE-specific ready timeout; the engine-wide one is the closest.
+            engram: dict[str, bool] = {"cpu_offload": ple.cpu_offload}
+            why = "Upstream 0.33 reads PLE offload from --engram-config. " + _why(PLE, "cpu_offload")
+            if ple.mmap_table and engine_maps_ple(cfg, series=series):
+                engram["mmap_table"] = True
+                why += (
+                    f" mmap_table (from the {engine.ple_mmap_patch} patch): " + _why(PLE, "mmap_table")
+                    + f" Table files go to {PLE_TABLE_DIR_ENV}."
                 )
+                required.append(
+                    RequiredInput(
+                        env=PLE_TABLE_DIR_ENV,
+                        why="Writable directory for the PLE table files the engine builds when the "
+                        "checkpoint's table cannot be mapped in place (another dtype): one file per "
+                        "PLE layer and TP rank, up to the table's size in all (~102 GB at TP1), built "
+                        "once and reused while the checkpoint is unchanged. Nothing is written when the "
+                        "table maps in place.",
+                        writable=True,
+                        example="/path/to/ple-tables",
+                    )
+                )
+            flags.append(
+                Flag(flag="--engram-config", value=json.dumps(engram, separators=(",", ":")), why=why)
             )
             if ple.ready_timeout_s is not None:
                 env.append(
@@ -176,10 +219,11 @@ def launch_plan(cfg: ReleaseConfig) -> LaunchPlan:
                         why=_why(PLE, "ready_timeout_s") + " Upstream 0.33 only has the engine-wide timeout.",
                     )
                 )
-        if ple.mmap_table and not engine.ple_mmap:
+        if ple.mmap_table and not engine_maps_ple(cfg, series=series):
             warnings.append(
-                f"engine {engine.id} cannot memory-map the PLE table (its engram config only pins it in host "
-                f"RAM), but ple.mmap_table is set because target.host_ram_gib = {cfg.target.host_ram_gib:g} GiB "
+                f"engine {engine.id} cannot memory-map the PLE table here (its engram config only pins it in "
+                f"host RAM, and the patch series applied lacks {engine.ple_mmap_patch or 'an mmap patch'}), but "
+                f"ple.mmap_table is set because target.host_ram_gib = {cfg.target.host_ram_gib:g} GiB "
                 "is below the ~135 GiB a pinned table needs. Expect the model load to run out of host memory "
                 "on this engine; the seed bundle's measured run used the fork preview's VLLM_PLE_MMAP_TABLE=1."
             )
@@ -196,6 +240,6 @@ def launch_plan(cfg: ReleaseConfig) -> LaunchPlan:
         module=engine.api_server_module,
         flags=flags,
         env=env,
-        required=[RequiredInput(env=MODEL_DIR_ENV, why=f"Local snapshot of {m.repo_id}@{m.revision}.")],
+        required=required,
         warnings=warnings,
     )

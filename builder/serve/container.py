@@ -10,14 +10,24 @@ from docker.models.containers import Container
 from docker.types import DeviceRequest, Mount
 from pydantic import BaseModel, ConfigDict
 
-from builder.config import ReleaseConfig
-from builder.config.launch import MODEL_DIR_ENV
+from builder.config import ReleaseConfig, launch_plan
+from builder.config.launch import MODEL_DIR_ENV, PLE_TABLE_DIR_ENV
 from builder.constants import CONTAINER_MODEL_DIR, CONTAINER_PLE_DIR, SERVE_LABEL
 from builder.errors import ServeError
 from builder.serve.wait import LOG_TAIL_LINES
 
 #: Shared memory for CPU targets (GPU targets share the host's IPC namespace instead).
 CPU_SHM_SIZE = "1g"
+
+
+class BindMount(BaseModel):
+    """A host directory bound into the container."""
+
+    model_config = ConfigDict(frozen=True)
+
+    host: str
+    container: str
+    read_only: bool = True
 
 
 class RunSpec(BaseModel):
@@ -30,7 +40,7 @@ class RunSpec(BaseModel):
     command: list[str]  # empty: the image's rendered launch script (entrypoint default)
     environment: dict[str, str]
     ports: dict[str, tuple[str, int]]
-    mounts: list[tuple[str, str]]  # (host dir, container dir), all read-only
+    mounts: list[BindMount]
     gpus: int
     ipc_mode: str | None
     shm_size: str | None
@@ -51,17 +61,25 @@ def run_spec(
     memory: str | None = None,
 ) -> RunSpec:
     t, srv = cfg.target, cfg.server
-    mounts = [(str(model_dir.resolve()), CONTAINER_MODEL_DIR)]
-    # The launch script baked into the image sets the plan's flags and env; it needs MODEL_DIR.
+    mounts = [BindMount(host=str(model_dir.resolve()), container=CONTAINER_MODEL_DIR)]
+    # The launch script baked into the image sets the plan's flags and env; it needs its inputs.
     env = {MODEL_DIR_ENV: CONTAINER_MODEL_DIR, "QFN_PORT": str(srv.port)}
-    if cfg.ple.present:
+    maps_ple = any(r.env == PLE_TABLE_DIR_ENV for r in launch_plan(cfg).required)
+    if maps_ple:
         if ple_dir is None:
             raise ServeError(
-                f"target {t.name} serves a model with a PLE table (ple.present) but no PLE dir was given",
-                hint="pass --ple-dir DIR (the host directory holding the PLE table); it is mounted read-only",
+                f"target {t.name} memory-maps its PLE table, and the engine needs a directory for the table "
+                "files it builds when the checkpoint's table cannot be mapped in place",
+                hint="pass --ple-dir DIR (a host directory with room for the table, ~102 GB at TP1); it is "
+                "mounted read-write and the engine writes only its own *.pletable files there",
             )
-        mounts.append((str(ple_dir.resolve()), CONTAINER_PLE_DIR))
-        env["QFN_PLE_DIR"] = CONTAINER_PLE_DIR
+        mounts.append(BindMount(host=str(ple_dir.resolve()), container=CONTAINER_PLE_DIR, read_only=False))
+        env[PLE_TABLE_DIR_ENV] = CONTAINER_PLE_DIR
+    elif ple_dir is not None:
+        raise ServeError(
+            f"--ple-dir was given, but target {t.name}'s launch does not memory-map a PLE table",
+            hint="drop --ple-dir (the PLE table loads from the checkpoint in --model-dir)",
+        )
     gpu = t.gpu_count > 0
     return RunSpec(
         image=image,
@@ -82,9 +100,9 @@ def run_spec(
 
 
 def start_container(*, client: docker.DockerClient, spec: RunSpec) -> Container:
-    for host_dir, _ in spec.mounts:
-        if not Path(host_dir).is_dir():
-            raise ServeError(f"{host_dir} is not a directory", hint="pass an existing model (or PLE) directory")
+    for mount in spec.mounts:
+        if not Path(mount.host).is_dir():
+            raise ServeError(f"{mount.host} is not a directory", hint="pass an existing model (or PLE) directory")
     _refuse_or_clear_existing(client, spec.name)
     try:
         return client.containers.run(
@@ -94,7 +112,7 @@ def start_container(*, client: docker.DockerClient, spec: RunSpec) -> Container:
             detach=True,
             environment=spec.environment,
             ports=spec.ports,
-            mounts=[Mount(target=c, source=h, type="bind", read_only=True) for h, c in spec.mounts],
+            mounts=[Mount(target=m.container, source=m.host, type="bind", read_only=m.read_only) for m in spec.mounts],
             device_requests=[DeviceRequest(count=spec.gpus, capabilities=[["gpu"]])] if spec.gpus else None,
             ipc_mode=spec.ipc_mode,
             shm_size=spec.shm_size,
