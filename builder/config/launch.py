@@ -194,7 +194,9 @@ def launch_plan(cfg: ReleaseConfig, *, series: Collection[str] | None = None) ->
                 engram["mmap_table"] = True
                 why += (
                     f" mmap_table (from the {engine.ple_mmap_patch} patch): " + _why(PLE, "mmap_table")
-                    + f" Table files go to {PLE_TABLE_DIR_ENV}."
+                    + f" Table files go to {PLE_TABLE_DIR_ENV}. Lookups read the mapping from the GPU where it "
+                    "has pageable memory access (GB10), else copy the rows through a small pinned staging buffer "
+                    "on the prefetch stream; the engine logs which."
                 )
                 required.append(
                     RequiredInput(
@@ -203,7 +205,8 @@ def launch_plan(cfg: ReleaseConfig, *, series: Collection[str] | None = None) ->
                         "checkpoint's table cannot be mapped in place (another dtype): one file per "
                         "PLE layer and TP rank, up to the table's size in all (~102 GB at TP1), built "
                         "once and reused while the checkpoint is unchanged. Nothing is written when the "
-                        "table maps in place.",
+                        "table maps in place. Files of an older checkpoint stay until you delete them (safe "
+                        "while no server runs).",
                         writable=True,
                         example="/path/to/ple-tables",
                     )
