@@ -147,7 +147,12 @@ def image(
 def serve(
     target: str = typer.Option(..., "--target", "-t", help="Target name or .toml path."),
     model_dir: Path | None = typer.Option(None, "--model-dir", help="Local model snapshot (mounted read-only)."),
-    ple_dir: Path | None = typer.Option(None, "--ple-dir", help="Host dir with the PLE table (mounted read-only)."),
+    ple_dir: Path | None = typer.Option(
+        None,
+        "--ple-dir",
+        help="Host dir for the PLE table files of targets that memory-map the table (mounted read-write; "
+        "the engine writes only its own *.pletable files).",
+    ),
     bind: str = typer.Option("127.0.0.1", "--bind", help="Host address the port is published on."),
     port: int | None = typer.Option(None, "--port", help="Host port (default: the target's server.port)."),
     timeout: float = typer.Option(45 * 60, "--timeout", help="Seconds to wait for ready before giving up."),

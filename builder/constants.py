@@ -76,7 +76,7 @@ LAUNCH_RESERVED_ENV = frozenset({
     "PATH", "IFS", "BASH_ENV", "ENV", "SHELLOPTS", "BASHOPTS",
     "HF_HUB_OFFLINE", "VLLM_ALLOW_LONG_MAX_MODEL_LEN", "VLLM_PLE_CPU_OFFLOAD", "VLLM_PLE_MMAP_TABLE",
     "VLLM_PLE_OFFLOAD_READY_TIMEOUT", "VLLM_ENGINE_READY_TIMEOUT_S", "VLLM_USE_DEEP_GEMM", "CUTE_DSL_ARCH",
-    "MAX_JOBS", "QFN_PLE_DIR", "PYTHONPATH", "BASH_SOURCE",
+    "MAX_JOBS", "VLLM_PLE_MMAP_TABLE_DIR", "PYTHONPATH", "BASH_SOURCE",
 })
 #: Target used when a command is given none (`make bundle` too).
 DEFAULT_TARGET = "gb10"
@@ -113,7 +113,8 @@ SERVE_BIND_HOST = "127.0.0.1"
 SERVE_WAIT_TIMEOUT_S = 45 * 60
 #: Mount points inside the served container.
 CONTAINER_MODEL_DIR = "/models/model"
-CONTAINER_PLE_DIR = "/models/ple"
+#: PLE table files of a memory-mapped table (read-write; VLLM_PLE_MMAP_TABLE_DIR points here).
+CONTAINER_PLE_DIR = "/models/ple-tables"
 #: Labels that mark containers started by `builder serve` (for cleanup and lookup).
 SERVE_LABEL = "org.qfn-int8kv.serve"
 #: OCI image-spec label prefix and ours.

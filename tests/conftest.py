@@ -163,13 +163,27 @@ def engine_src() -> Path:
     return fetch_engine().src_dir
 
 
+def copy_series_sources(engine_src: Path, dest: Path) -> None:
+    """The QSA folder and every other upstream file the series patches, copied into ``dest``."""
+    from builder.constants import ENGINE_QSA_DIR, PATCHES_DIR
+    from builder.patches.series import load_series
+
+    shutil.copytree(engine_src / ENGINE_QSA_DIR, dest / ENGINE_QSA_DIR)
+    for patch in load_series(PATCHES_DIR):
+        for entry in patch.files:
+            source = engine_src / entry.path
+            if source.is_file() and not (dest / entry.path).exists():
+                (dest / entry.path).parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy2(source, dest / entry.path)
+
+
 @pytest.fixture(scope="session")
 def patched_tree(engine_src: Path, tmp_path_factory) -> Path:
-    """A copy of the real QSA sources with the series applied through apply_series."""
-    from builder.constants import ENGINE_QSA_DIR, PATCHES_DIR
+    """A copy of the real sources the series touches, with the series applied through apply_series."""
+    from builder.constants import PATCHES_DIR
     from builder.patches.apply import apply_series
 
     root = tmp_path_factory.mktemp("patched")
-    shutil.copytree(engine_src / ENGINE_QSA_DIR, root / ENGINE_QSA_DIR)
+    copy_series_sources(engine_src, root)
     apply_series(target=root, patches_dir=PATCHES_DIR)
     return root

@@ -6,10 +6,13 @@ one model, so a GPU reservation, a shm size or a mount cannot differ between the
 
 from __future__ import annotations
 
+from collections.abc import Collection
+
 from pydantic import BaseModel, ConfigDict, Field
 
 import builder
 from builder.config.models import ReleaseConfig
+from builder.config.ple import PLE_TABLE_DIR_ENV, maps_ple_table
 from builder.constants import (
     CONTAINER_MODEL_DIR,
     CONTAINER_PLE_DIR,
@@ -40,12 +43,13 @@ def image_tag(cfg: ReleaseConfig, *, version: str = builder.__version__) -> str:
 
 
 class ContainerMount(BaseModel):
-    """A host folder mounted read-only; the host side is named by an environment variable."""
+    """A host folder mounted into the container; the host side is named by an environment variable."""
 
     model_config = ConfigDict(frozen=True)
     host_env: str = Field(description="Host variable holding the folder to mount, e.g. MODEL_DIR.")
     path: str = Field(description="Mount point inside the container.")
     container_env: str = Field(description="Variable set to the mount point inside the container.")
+    read_only: bool = Field(default=True, description="Mounted read-only; only the PLE table-file folder is written.")
     why: str
 
 
@@ -79,7 +83,8 @@ def default_container_name(target: str) -> str:
     return f"qfn-int8kv-{target}"
 
 
-def container_plan(cfg: ReleaseConfig) -> ContainerPlan:
+def container_plan(cfg: ReleaseConfig, *, series: Collection[str] | None = None) -> ContainerPlan:
+    """``series`` (patch names) defaults to bundle/patches/series: it decides the PLE table-file mount."""
     t = cfg.target
     gpu = t.gpu_count > 0
     mounts = [
@@ -88,11 +93,12 @@ def container_plan(cfg: ReleaseConfig) -> ContainerPlan:
             why=f"Local snapshot of {cfg.model.repo_id}@{cfg.model.revision}, mounted read-only.",
         )
     ]
-    if cfg.ple.present:
+    if maps_ple_table(cfg, series=series):
         mounts.append(
             ContainerMount(
-                host_env="PLE_DIR", path=CONTAINER_PLE_DIR, container_env="QFN_PLE_DIR",
-                why="Host folder holding the per-layer-embedding table, mounted read-only.",
+                host_env="PLE_DIR", path=CONTAINER_PLE_DIR, container_env=PLE_TABLE_DIR_ENV, read_only=False,
+                why="Host folder for the PLE table files the engine builds when the checkpoint's table cannot "
+                "be mapped in place, mounted read-write; the engine writes only its own *.pletable files there.",
             )
         )
     return ContainerPlan(

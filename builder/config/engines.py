@@ -31,7 +31,13 @@ class EngineProfile(StrictModel):
     )
     ple_mmap: bool = Field(
         default=False,
-        description="Whether the engine can memory-map the PLE table instead of pinning it in host RAM.",
+        description="Whether the engine itself can memory-map the PLE table instead of pinning it in host RAM.",
+    )
+    ple_mmap_patch: str | None = Field(
+        default=None,
+        description="The patch of bundle/patches/series (its '# qfn-int8kv patch:' name) that adds PLE "
+        "table memory-mapping to this engine; mmap is on when the series carries it and the target "
+        "applies the series.",
     )
     kv_cache_dtypes: tuple[str, ...] = Field(
         description="KV cache dtypes (--kv-cache-dtype values) this engine serves the model with; "
@@ -61,6 +67,7 @@ ENGINE_PROFILES: dict[str, EngineProfile] = {
             kv_cache_dtypes=("bfloat16", "fp8_e4m3", "int8_per_token_head"),
             # CacheConfig.DEFAULT_BLOCK_SIZE; the QSA backend takes MultipleOf(16).
             kv_block_size=16,
+            ple_mmap_patch="ple-mmap",
         ),
         EngineProfile(
             id="vllm-fork-preview",

@@ -7,6 +7,7 @@ taken from a config field description, so the docs cannot drift from what runs.
 from __future__ import annotations
 
 import json
+from collections.abc import Collection
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -22,10 +23,11 @@ from builder.config.models import (
     Speculative,
 )
 from builder.config.overrides import LaunchOverrides
+from builder.config.ple import PLE_TABLE_DIR_ENV, engine_maps_ple, maps_ple_table
 from builder.constants import LAUNCH_MIDDLEWARE_CLASS
 
 MODEL_DIR_ENV = "MODEL_DIR"
-"""The one input the launch needs from its caller: where the pinned snapshot lies."""
+"""The input every launch needs from its caller: where the pinned snapshot lies."""
 
 #: "target": from the target file, rendered into the launch script and baked into the image;
 #: "serve": added for one `builder serve` run, passed to the container at run time.
@@ -54,6 +56,8 @@ class RequiredInput(BaseModel):
     env: str
     why: str
     is_dir: bool = True
+    writable: bool = False
+    example: str = "/path/to/snapshot"
 
 
 class LaunchPlan(BaseModel):
@@ -106,11 +110,17 @@ def _why(model: type[BaseModel], field: str) -> str:
     return model.model_fields[field].description or field
 
 
-def launch_plan(cfg: ReleaseConfig, *, overrides: LaunchOverrides | None = None) -> LaunchPlan:
-    """The target's plan; with ``overrides``, plus the entries of one `builder serve` run (origin "serve")."""
+def launch_plan(
+    cfg: ReleaseConfig, *, overrides: LaunchOverrides | None = None, series: Collection[str] | None = None
+) -> LaunchPlan:
+    """The target's plan; with ``overrides``, plus the entries of one `builder serve` run (origin "serve").
+
+    ``series`` (patch names) defaults to bundle/patches/series: it decides whether the PLE table is mapped.
+    """
     m, kv, par, spec, ple, srv = cfg.model, cfg.kv_cache, cfg.parallel, cfg.speculative, cfg.ple, cfg.server
-    container = container_plan(cfg)
+    container = container_plan(cfg, series=series)
     engine = cfg.engine.resolved
+    required = [RequiredInput(env=MODEL_DIR_ENV, why=f"Local snapshot of {m.repo_id}@{m.revision}.")]
     flags: list[Flag] = [
         Flag(flag="--served-model-name", value=m.served_name, why=_why(Model, "served_name")),
         Flag(flag="--host", value=srv.host, why=_why(Server, "host")),
@@ -196,14 +206,33 @@ def launch_plan(cfg: ReleaseConfig, *, overrides: LaunchOverrides | None = None)
                     )
                 )
         elif engine.ple_style == "engram":
-            # 0.33.0's EngramConfig knows cpu_offload (pinned host table) but has no mmap and no
-            # PLE-specific ready timeout; its engine-wide ready timeout is the closest setting.
-            flags.append(
-                Flag(
-                    flag="--engram-config",
-                    value=json.dumps({"cpu_offload": ple.cpu_offload}, separators=(",", ":")),
-                    why="Upstream 0.33 reads PLE offload from --engram-config. " + _why(PLE, "cpu_offload"),
+            # 0.33.0's EngramConfig knows cpu_offload (pinned host table); the ple-mmap patch adds
+            # mmap_table. It has no PLE-specific ready timeout; the engine-wide one is the closest.
+            engram: dict[str, bool] = {"cpu_offload": ple.cpu_offload}
+            why = "Upstream 0.33 reads PLE offload from --engram-config. " + _why(PLE, "cpu_offload")
+            if maps_ple_table(cfg, series=series):
+                engram["mmap_table"] = True
+                why += (
+                    f" mmap_table (from the {engine.ple_mmap_patch} patch): " + _why(PLE, "mmap_table")
+                    + f" Table files go to {PLE_TABLE_DIR_ENV}. Lookups read the mapping from the GPU where it "
+                    "has pageable memory access (GB10), else copy the rows through a small pinned staging buffer "
+                    "on the prefetch stream; the engine logs which."
                 )
+                required.append(
+                    RequiredInput(
+                        env=PLE_TABLE_DIR_ENV,
+                        why="Writable directory for the PLE table files the engine builds when the "
+                        "checkpoint's table cannot be mapped in place (another dtype): one file per "
+                        "PLE layer and TP rank, up to the table's size in all (~102 GB at TP1), built "
+                        "once and reused while the checkpoint is unchanged. Nothing is written when the "
+                        "table maps in place. Files of an older checkpoint stay until you delete them (safe "
+                        "while no server runs).",
+                        writable=True,
+                        example="/path/to/ple-tables",
+                    )
+                )
+            flags.append(
+                Flag(flag="--engram-config", value=json.dumps(engram, separators=(",", ":")), why=why)
             )
             if ple.ready_timeout_s is not None:
                 env.append(
@@ -213,10 +242,11 @@ def launch_plan(cfg: ReleaseConfig, *, overrides: LaunchOverrides | None = None)
                         why=_why(PLE, "ready_timeout_s") + " Upstream 0.33 only has the engine-wide timeout.",
                     )
                 )
-        if ple.mmap_table and not engine.ple_mmap:
+        if ple.mmap_table and not engine_maps_ple(cfg, series=series):
             warnings.append(
-                f"engine {engine.id} cannot memory-map the PLE table (its engram config only pins it in host "
-                f"RAM), but ple.mmap_table is set because target.host_ram_gib = {cfg.target.host_ram_gib:g} GiB "
+                f"engine {engine.id} cannot memory-map the PLE table here (its engram config only pins it in "
+                f"host RAM, and the patch series applied lacks {engine.ple_mmap_patch or 'an mmap patch'}), but "
+                f"ple.mmap_table is set because target.host_ram_gib = {cfg.target.host_ram_gib:g} GiB "
                 "is below the ~135 GiB a pinned table needs. Expect the model load to run out of host memory "
                 "on this engine; the seed bundle's measured run used the fork preview's VLLM_PLE_MMAP_TABLE=1."
             )
@@ -253,7 +283,7 @@ def launch_plan(cfg: ReleaseConfig, *, overrides: LaunchOverrides | None = None)
         module=engine.api_server_module,
         flags=flags,
         env=env,
-        required=[RequiredInput(env=MODEL_DIR_ENV, why=f"Local snapshot of {m.repo_id}@{m.revision}.")],
+        required=required,
         warnings=warnings,
         container=container,
     )

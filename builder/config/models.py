@@ -154,7 +154,11 @@ class PLE(StrictModel):
     present: bool = Field(default=False, description="The model carries a PLE table.")
     cpu_offload: bool = Field(default=False, description="Keep the PLE table in host memory, off the GPU.")
     mmap_table: bool = Field(
-        default=False, description="Memory-map the table instead of pinning it; required below 135 GiB host RAM."
+        default=False,
+        description="Memory-map the table instead of pinning it; required below 135 GiB host RAM. The rows are "
+        "read through the page cache (reclaimable, so host RAM need not hold the table): in place from the "
+        "checkpoint's safetensors files when their dtype is the table's, otherwise from per-rank table files "
+        "built once (up to the table's size on disk, ~102 GB at TP1, split across TP ranks).",
     )
     ready_timeout_s: int | None = Field(
         default=None, ge=1, description="How long the offload worker may take to load the table (default 600 s)."
@@ -314,6 +318,13 @@ class ReleaseConfig(StrictModel):
             )
         if (ple.cpu_offload or ple.mmap_table) and not ple.present:
             raise rule_error("ple.present", "PLE settings are given for a model without a PLE table", "set ple.present = true or drop them")
+        if ple.mmap_table and not ple.cpu_offload:
+            raise rule_error(
+                "ple.cpu_offload",
+                "mmap_table keeps the table in host memory through a file mapping, which only the CPU-offload "
+                "path does (the engine refuses mmap_table without cpu_offload)",
+                "set ple.cpu_offload = true",
+            )
 
         if spec.method is not None:
             k = spec.num_speculative_tokens

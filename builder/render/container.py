@@ -29,7 +29,7 @@ def docker_run_words(plan: LaunchPlan) -> list[list[str]]:
     head += ["--stop-timeout", str(box.stop_timeout_s), "-p", f"{HOST_BIND}:{box.port}:{box.port}"]
     lines = [head]
     for m in box.mounts:
-        lines.append(["-v", f'"${m.host_env}":{m.path}:ro', "-e", f"{m.container_env}={m.path}"])
+        lines.append(["-v", f'"${m.host_env}":{m.path}{":ro" if m.read_only else ""}', "-e", f"{m.container_env}={m.path}"])
     lines.append([w for name in box.passthrough_env for w in ("-e", name)])
     lines.append([box.image])
     return lines
@@ -50,7 +50,7 @@ def compose_yaml(plan: LaunchPlan, *, target: str) -> str:
         "environment": {**box.environment, **{name: f"${{{name}:-}}" for name in box.passthrough_env}},
         "volumes": [
             {"type": "bind", "source": f"${{{m.host_env}:?set {m.host_env} to the host folder to mount}}", "target": m.path,
-             "read_only": True}
+             "read_only": m.read_only}
             for m in box.mounts
         ],
         "stop_grace_period": f"{box.stop_timeout_s}s",

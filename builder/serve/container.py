@@ -18,6 +18,16 @@ from builder.errors import ServeError
 from builder.serve.wait import LOG_TAIL_LINES
 
 
+class BindMount(BaseModel):
+    """A host directory bound into the container."""
+
+    model_config = ConfigDict(frozen=True)
+
+    host: str
+    container: str
+    read_only: bool = True
+
+
 class RunSpec(BaseModel):
     """Everything `docker run` is given; pure data so tests check it without a daemon."""
 
@@ -28,7 +38,7 @@ class RunSpec(BaseModel):
     command: list[str]  # flags appended to the image's rendered launch script (entrypoint); empty: none
     environment: dict[str, str]
     ports: dict[str, tuple[str, int]]
-    mounts: list[tuple[str, str]]  # (host dir, container dir), all read-only
+    mounts: list[BindMount]
     gpus: int
     ipc_mode: str | None
     shm_size: str | None
@@ -62,14 +72,23 @@ def run_spec(
     plan = plan or launch_plan(cfg)
     box = plan.container
     hosts = {MODEL_DIR_ENV: model_dir}
-    if cfg.ple.present:
+    if any(m.host_env == "PLE_DIR" for m in box.mounts):
         if ple_dir is None:
             raise ServeError(
-                f"target {t.name} serves a model with a PLE table (ple.present) but no PLE dir was given",
-                hint="pass --ple-dir DIR (the host directory holding the PLE table); it is mounted read-only",
+                f"target {t.name} memory-maps its PLE table, and the engine needs a directory for the table "
+                "files it builds when the checkpoint's table cannot be mapped in place",
+                hint="pass --ple-dir DIR (a host directory with room for the table, ~102 GB at TP1); it is "
+                "mounted read-write and the engine writes only its own *.pletable files there",
             )
         hosts["PLE_DIR"] = ple_dir
-    mounts = [(str(hosts[m.host_env].resolve()), m.path) for m in box.mounts]
+    elif ple_dir is not None:
+        raise ServeError(
+            f"--ple-dir was given, but target {t.name}'s launch does not memory-map a PLE table",
+            hint="drop --ple-dir (the PLE table loads from the checkpoint in --model-dir)",
+        )
+    mounts = [
+        BindMount(host=str(hosts[m.host_env].resolve()), container=m.path, read_only=m.read_only) for m in box.mounts
+    ]
     return RunSpec(
         image=image,
         name=container_name(target=t.name, name=name),
@@ -88,9 +107,9 @@ def run_spec(
 
 
 def start_container(*, client: docker.DockerClient, spec: RunSpec) -> Container:
-    for host_dir, _ in spec.mounts:
-        if not Path(host_dir).is_dir():
-            raise ServeError(f"{host_dir} is not a directory", hint="pass an existing model (or PLE) directory")
+    for mount in spec.mounts:
+        if not Path(mount.host).is_dir():
+            raise ServeError(f"{mount.host} is not a directory", hint="pass an existing model (or PLE) directory")
     _refuse_or_clear_existing(client, spec.name)
     try:
         return client.containers.run(
@@ -100,7 +119,7 @@ def start_container(*, client: docker.DockerClient, spec: RunSpec) -> Container:
             detach=True,
             environment={**spec.environment, **{k: v.get_secret_value() for k, v in spec.secret_environment.items()}},
             ports=spec.ports,
-            mounts=[Mount(target=c, source=h, type="bind", read_only=True) for h, c in spec.mounts],
+            mounts=[Mount(target=m.container, source=m.host, type="bind", read_only=m.read_only) for m in spec.mounts],
             device_requests=[DeviceRequest(count=spec.gpus, capabilities=[["gpu"]])] if spec.gpus else None,
             ipc_mode=spec.ipc_mode,
             shm_size=spec.shm_size,

@@ -19,8 +19,17 @@ def test_one_image_name_for_build_serve_docker_run_and_compose(name):
 def test_gpu_targets_share_host_ipc_and_mount_the_ple_table():
     box = launch_plan(load_target("cmp170hx-x2")).container
     assert box.gpus == 2 and box.ipc_host and box.shm_size is None and box.cap_add == ["SYS_PTRACE"]
-    assert [(m.host_env, m.path, m.container_env) for m in box.mounts] == [
-        ("MODEL_DIR", "/models/model", "MODEL_DIR"), ("PLE_DIR", "/models/ple", "QFN_PLE_DIR")]
+    # The model read-only; the PLE table-file folder read-write, where the ple-mmap engine builds its files.
+    assert [(m.host_env, m.path, m.container_env, m.read_only) for m in box.mounts] == [
+        ("MODEL_DIR", "/models/model", "MODEL_DIR", True),
+        ("PLE_DIR", "/models/ple-tables", "VLLM_PLE_MMAP_TABLE_DIR", False),
+    ]
+
+
+def test_no_table_file_mount_when_the_series_lacks_the_mmap_patch():
+    cfg = load_target("gb10")
+    box = launch_plan(cfg, series={"qsa-int8"}).container
+    assert [m.host_env for m in box.mounts] == ["MODEL_DIR"]
 
 
 def test_cpu_smoke_gets_shm_and_no_gpu():

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from builder.config import launch_plan, load_target, parse_config, require_pinned_base
+from builder.config.ple import PLE_TABLE_DIR_ENV
 from builder.errors import ConfigError, ImagePinError
 
 
@@ -28,6 +31,7 @@ RULES = [
     ("gb10", {"kv_cache.scale_layout": "inline"}, ["kv_cache.scale_layout", "128-byte aligned", "side"]),
     ("gb10", {"patches.apply": False, "patches.reason": "x"}, ["patches.apply", "set patches.apply = true"]),
     ("gb10", {"ple.mmap_table": False}, ["ple.mmap_table", "135 GiB", "set ple.mmap_table = true"]),
+    ("gb10", {"ple.cpu_offload": False}, ["ple.cpu_offload", "file mapping", "set ple.cpu_offload = true"]),
     ("gb10", {"speculative.num_speculative_tokens": 5}, ["speculative.num_speculative_tokens", "outside 1..4", "ring"]),
     ("gb10", {"speculative.num_speculative_tokens": 0}, ["speculative.num_speculative_tokens", "outside 1..4"]),
     ("gb10", {"parallel.tensor_parallel_size": 2}, ["parallel.tensor_parallel_size", "larger than target.gpu_count"]),
@@ -91,11 +95,9 @@ def test_build_refuses_base_without_digest(target_data):
 def test_ple_spelling_follows_engine(target_data):
     """Upstream reads PLE from the engram config; the fork preview reads VLLM_PLE_* env vars."""
     upstream = launch_plan(load_target("gb10"))
-    assert ("--engram-config", '{"cpu_offload":true}') in [(f.flag, f.value) for f in upstream.flags]
+    assert ("--engram-config", '{"cpu_offload":true,"mmap_table":true}') in [(f.flag, f.value) for f in upstream.flags]
     assert ("VLLM_ENGINE_READY_TIMEOUT_S", "1800") in [(e.name, e.value) for e in upstream.env]
     assert not any(e.name.startswith("VLLM_PLE_") for e in upstream.env)
-    # 0.33.0 cannot mmap the table: the plan says so instead of dropping the setting silently.
-    assert any("cannot memory-map the PLE table" in w for w in upstream.warnings)
 
     data = target_data("gb10")
     _set(data, "engine.profile", "vllm-fork-preview")
@@ -108,4 +110,50 @@ def test_ple_spelling_follows_engine(target_data):
     assert env["VLLM_PLE_CPU_OFFLOAD"] == "1" and env["VLLM_PLE_MMAP_TABLE"] == "1"
     assert env["VLLM_PLE_OFFLOAD_READY_TIMEOUT"] == "1800"
     assert not any(f.flag == "--engram-config" for f in fork.flags)
+    assert [r.env for r in fork.required] == ["MODEL_DIR"]
     assert fork.warnings == []
+
+
+def _engram(plan) -> dict:
+    return json.loads(next(f.value for f in plan.flags if f.flag == "--engram-config"))
+
+
+@pytest.mark.parametrize("name", ["gb10", "cmp170hx-x2", "h200"])
+def test_series_with_ple_mmap_maps_the_table_on_every_gpu_target(name):
+    """The ple-mmap patch in the series turns mmap on: no out-of-host-memory gap, and the table-file
+    directory becomes a launch input."""
+    plan = launch_plan(load_target(name))
+    assert _engram(plan) == {"cpu_offload": True, "mmap_table": True}
+    assert plan.warnings == []
+    table_dir = [r for r in plan.required if r.env == PLE_TABLE_DIR_ENV]
+    assert len(table_dir) == 1 and table_dir[0].is_dir and table_dir[0].writable
+    flag = next(f for f in plan.flags if f.flag == "--engram-config")
+    assert "page cache" in flag.why and PLE_TABLE_DIR_ENV in flag.why
+
+
+def test_series_without_ple_mmap_keeps_the_known_gap():
+    """Control: the same target against a series that lacks the patch pins the table and says so."""
+    plan = launch_plan(load_target("gb10"), series={"qsa-int8"})
+    assert _engram(plan) == {"cpu_offload": True}
+    assert [r.env for r in plan.required] == ["MODEL_DIR"]
+    assert any("Expect the model load to run out of host memory" in w for w in plan.warnings)
+
+
+def test_target_that_skips_the_series_cannot_map(target_data):
+    data = target_data("gb10")
+    _set(data, "kv_cache.dtype", "fp8_e4m3")
+    _set(data, "kv_cache.scale_layout", _DELETE)
+    _set(data, "patches.apply", False)
+    _set(data, "patches.reason", "fp8 only")
+    plan = launch_plan(parse_config(data, source="x"))
+    assert _engram(plan) == {"cpu_offload": True}
+    assert any("lacks ple-mmap" in w for w in plan.warnings)
+
+
+def test_big_host_pins_without_a_table_dir(target_data):
+    data = target_data("h200")
+    _set(data, "target.host_ram_gib", 256)
+    _set(data, "ple.mmap_table", False)
+    plan = launch_plan(parse_config(data, source="x"))
+    assert _engram(plan) == {"cpu_offload": True}
+    assert [r.env for r in plan.required] == ["MODEL_DIR"] and plan.warnings == []

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 import sys
 
@@ -13,6 +12,7 @@ from builder.constants import ENGINE_WHEEL_SHA256, PATCHES_DIR
 from builder.patches.apply import FileStatus, apply_series, check_series
 from builder.hashing import sha256_file
 from builder.patches.series import load_series
+from tests.conftest import copy_series_sources
 
 
 def test_fetch_engine_verifies_the_pinned_wheel(engine_src):
@@ -49,7 +49,7 @@ def test_applied_tree_reports_already_applied_and_compiles(patched_tree):
 
 
 def test_drifted_engine_fails_naming_file_and_hunk(engine_src, tmp_path):
-    shutil.copytree(engine_src / QSA_DIR, tmp_path / QSA_DIR)
+    copy_series_sources(engine_src, tmp_path)
     target = tmp_path / QSA_DIR / "qsa.py"
     text = target.read_text()
     assert '"fp8_e4m3",\n    ]' in text
@@ -63,7 +63,7 @@ def test_drifted_engine_fails_naming_file_and_hunk(engine_src, tmp_path):
 
 
 def test_missing_file_fails(engine_src, tmp_path):
-    shutil.copytree(engine_src / QSA_DIR, tmp_path / QSA_DIR)
+    copy_series_sources(engine_src, tmp_path)
     (tmp_path / QSA_DIR / "indexer_qsa.py").unlink()
     report = check_series(target=tmp_path, patches_dir=PATCHES_DIR)
     failed = [r for r in report.results if r.status == FileStatus.FAILS]
@@ -92,3 +92,35 @@ def test_aot_refuses_a_config_over_the_arch_limit(patched_tree, monkeypatch):
     monkeypatch.setitem(aot.ARCH_MAX_SHARED_BYTES, "sm_121", 20_000)
     with pytest.raises(KernelFitError, match="exceed 20000 B"):
         aot.compile_qsa_kernels(engine_root=patched_tree, arch="sm_121", cache_dtypes=("int8",))
+
+
+def test_series_carries_ple_mmap_after_qsa_int8():
+    patches = load_series(PATCHES_DIR)
+    assert [p.name for p in patches] == ["qsa-int8", "ple-mmap"]
+    ple = patches[1]
+    paths = {f.path: f.upstream_sha256 for f in ple.files}
+    assert paths["vllm/models/qwen4_exp/common/ple_mmap.py"] == "new"
+    for path in ("vllm/config/engram.py", "vllm/models/qwen4_exp/common/ngram_embedding.py"):
+        assert len(paths[path]) == 64
+
+
+def test_patched_engine_has_the_mmap_config_and_class(patched_tree):
+    engram = (patched_tree / "vllm/config/engram.py").read_text()
+    assert "mmap_table: bool | None = None" in engram and "VLLM_PLE_MMAP_TABLE" in engram
+    common = (patched_tree / "vllm/models/qwen4_exp/common/ngram_embedding.py").read_text()
+    assert "class Qwen4ExpPLEMappedHostEmbedding(Qwen4ExpPLEPinnedHostEmbedding)" in common
+    assert "host_embedding_class(" in (patched_tree / "vllm/models/qwen4_exp/nvidia/ngram_embedding.py").read_text()
+
+
+def test_drifted_engram_config_fails_naming_the_ple_mmap_file(engine_src, tmp_path):
+    """Control for the second patch: an upstream edit under one of its hunks is reported, per file."""
+    copy_series_sources(engine_src, tmp_path)
+    target = tmp_path / "vllm/config/engram.py"
+    text = target.read_text()
+    line = "    Always on for private tables on ROCm.\"\"\"\n"
+    assert line in text
+    target.write_text(text.replace(line, "    Always on for private tables on ROCm and XPU.\"\"\"\n", 1))
+    report = check_series(target=tmp_path, patches_dir=PATCHES_DIR)
+    failed = [(r.patch, r.path) for r in report.results if r.status == FileStatus.FAILS]
+    assert failed == [("ple-mmap", "vllm/config/engram.py")]
+    assert not report.ok

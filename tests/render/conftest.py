@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from builder.config import launch_plan, load_target, parse_config
+from builder.config.ple import PLE_TABLE_DIR_ENV
 from builder.constants import LAUNCH_ENV_DOC_NAME, LAUNCH_SCRIPT_NAME
 from builder.render import render_launch
 
@@ -47,15 +48,23 @@ def model_dir(tmp_path) -> Path:
 
 
 def run_script(script: Path, *args: str, cwd: Path | None = None, **env: str) -> subprocess.CompletedProcess:
-    base = {k: v for k, v in os.environ.items() if k not in ("MODEL_DIR", "DRY_RUN")}
+    base = {k: v for k, v in os.environ.items() if k not in ("MODEL_DIR", "DRY_RUN", PLE_TABLE_DIR_ENV)}
     return subprocess.run(
         ["bash", str(script), *args], env={**base, **env}, cwd=cwd, capture_output=True, text=True, timeout=30
     )
 
 
+def launch_inputs(model_dir: Path) -> dict[str, str]:
+    """Every input a shipped launch requires: the model dir, and a PLE table dir beside it (scripts
+    that do not map the table ignore it)."""
+    table_dir = model_dir.parent / "ple tables"
+    table_dir.mkdir(exist_ok=True)
+    return {"MODEL_DIR": str(model_dir), PLE_TABLE_DIR_ENV: str(table_dir)}
+
+
 def dry_run(script: Path, model_dir: Path, *args: str, cwd: Path | None = None) -> tuple[list[list[str]], list[str]]:
     """The printed export lines (as words) and the printed command (as argv)."""
-    proc = run_script(script, *args, cwd=cwd, MODEL_DIR=str(model_dir), DRY_RUN="1")
+    proc = run_script(script, *args, cwd=cwd, DRY_RUN="1", **launch_inputs(model_dir))
     assert proc.returncode == 0, proc.stderr
     lines = [shlex.split(line) for line in proc.stdout.splitlines()]
     exports = [w for w in lines if w and w[0] == "export"]

@@ -105,10 +105,12 @@ def test_files_are_listed_with_their_role_and_evidence_one_row_per_folder(tmp_pa
 
 
 def test_plan_warnings_are_caveats(tmp_path):
-    cfg, text = _card(tmp_path)
-    warnings = launch_plan(cfg).warnings
-    assert warnings
-    assert all(w in _section(text, "Caveats") for w in warnings)
+    # gb10 against a series without the ple-mmap patch has a known gap.
+    cfg = load_target("gb10")
+    plan = launch_plan(cfg, series={"qsa-int8"})
+    text = render_card(card_context(cfg=cfg, plan=plan, evidence_dir=tmp_path / "gb10", files=["README.md"]))
+    assert plan.warnings
+    assert all(w in _section(text, "Caveats") for w in plan.warnings)
 
 
 def test_only_top_level_gate_files_are_called_gate_evidence():

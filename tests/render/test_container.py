@@ -34,8 +34,9 @@ def test_compose_matches_the_plan(name):
     assert svc["restart"] == "unless-stopped"
     assert svc["healthcheck"]["test"] == ["CMD", "healthcheck"]
     assert svc["stop_grace_period"] == f"{box.stop_timeout_s}s"
-    assert all(v["read_only"] and v["type"] == "bind" for v in svc["volumes"])
-    assert [v["target"] for v in svc["volumes"]] == [m.path for m in box.mounts]
+    assert all(v["type"] == "bind" for v in svc["volumes"])
+    assert [(v["target"], v["read_only"]) for v in svc["volumes"]] == [(m.path, m.read_only) for m in box.mounts]
+    assert svc["volumes"][0]["read_only"]  # the model snapshot is never writable
     assert svc["environment"]["VLLM_API_KEY"] == "${VLLM_API_KEY:-}"  # passed by name, no value in the file
     if cfg.target.gpu_count:
         [device] = svc["deploy"]["resources"]["reservations"]["devices"]

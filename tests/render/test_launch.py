@@ -10,9 +10,10 @@ import sys
 import pytest
 
 from builder.config import launch_plan, load_target, parse_config
+from builder.config.ple import PLE_TABLE_DIR_ENV
 from builder.errors import RenderError
 from builder.render import render_launch
-from tests.render.conftest import dry_run, run_script
+from tests.render.conftest import dry_run, launch_inputs, run_script
 
 
 def test_shellcheck_and_bash_n(rendered):
@@ -55,8 +56,9 @@ def test_dry_run_flags_per_target(rendered, model_dir):
         assert "--engram-config" not in argv
         assert _flag_value(argv, "--kv-cache-dtype") == "fp8_e4m3"
     else:
-        # Upstream 0.33.0 reads PLE offload from --engram-config and has only the engine-wide timeout.
-        assert json.loads(_flag_value(argv, "--engram-config")) == {"cpu_offload": True}
+        # Upstream 0.33.0 reads PLE offload from --engram-config (mmap_table from the ple-mmap patch)
+        # and has only the engine-wide timeout.
+        assert json.loads(_flag_value(argv, "--engram-config")) == {"cpu_offload": True, "mmap_table": True}
         assert env["VLLM_ENGINE_READY_TIMEOUT_S"] == "1800"
         assert not any(k.startswith("VLLM_PLE_") for k in env)
         assert _flag_value(argv, "--kv-cache-dtype") == "int8_per_token_head"
@@ -88,11 +90,11 @@ def test_extra_args_are_appended_and_the_command_really_runs(rendered, model_dir
     _, argv = dry_run(script, model_dir, "--port", "9001")
     assert argv[-2:] == ["--port", "9001"]
     # Without DRY_RUN the script execs the printed command: here the test venv's python, which has no vllm.
-    proc = run_script(script, MODEL_DIR=str(model_dir), PYTHON=sys.executable)
+    proc = run_script(script, PYTHON=sys.executable, **launch_inputs(model_dir))
     assert proc.returncode != 0
     assert "vllm.entrypoints.openai.api_server" in proc.stderr and "No module named 'vllm'" in proc.stderr
 
-    missing = run_script(script, MODEL_DIR=str(model_dir), PYTHON="/nonexistent/python3")
+    missing = run_script(script, PYTHON="/nonexistent/python3", **launch_inputs(model_dir))
     assert missing.returncode == 2 and "set PYTHON" in missing.stderr
 
 
@@ -130,14 +132,33 @@ def test_free_text_cannot_escape_a_comment(tmp_path, model_dir):
     script = tmp_path / "run.sh"
     script.write_text(render_launch(cfg=cfg, plan=launch_plan(cfg))["launch/run_qsa_int8kv.sh"])
     assert "# name touch PWNED2 with int8_per_token_head KV cache on h200: x86 touch PWNED\n" in script.read_text()
-    assert run_script(script, cwd=tmp_path, MODEL_DIR=str(model_dir), DRY_RUN="1").returncode == 0
+    assert run_script(script, cwd=tmp_path, DRY_RUN="1", **launch_inputs(model_dir)).returncode == 0
     assert not list(tmp_path.glob("PWNED*"))
 
 
-@pytest.mark.parametrize("rendered", ["gb10"], indirect=True)
-def test_plan_warnings_are_printed_at_launch(rendered, model_dir):
-    _, _, plan, script, doc = rendered
-    assert plan.warnings, "gb10 on upstream 0.33.0 has a known PLE mmap gap"
+def test_plan_warnings_are_printed_at_launch(tmp_path, model_dir):
+    # gb10 against a series without the ple-mmap patch: the known out-of-host-memory gap.
+    cfg = load_target("gb10")
+    plan = launch_plan(cfg, series={"qsa-int8"})
+    assert plan.warnings
+    script = tmp_path / "run.sh"
+    script.write_text(render_launch(cfg=cfg, plan=plan)["launch/run_qsa_int8kv.sh"])
     proc = run_script(script, MODEL_DIR=str(model_dir), DRY_RUN="1")
+    assert proc.returncode == 0, proc.stderr
     for w in plan.warnings:
         assert f"warning: {w}" in proc.stderr
+
+
+@pytest.mark.parametrize("rendered", ["gb10", "cmp170hx-x2", "h200"], indirect=True)
+def test_ple_table_dir_is_a_checked_input(rendered, model_dir, tmp_path):
+    _, _, plan, script, doc = rendered
+    assert plan.warnings == []
+    assert "will run out of host memory" not in doc and "Known gaps" not in doc
+    unset = run_script(script, MODEL_DIR=str(model_dir), DRY_RUN="1")
+    assert unset.returncode == 2
+    assert f"{PLE_TABLE_DIR_ENV} is not set" in unset.stderr and f"export {PLE_TABLE_DIR_ENV}=/path/to/ple-tables" in unset.stderr
+    gone = run_script(script, MODEL_DIR=str(model_dir), DRY_RUN="1", **{PLE_TABLE_DIR_ENV: str(tmp_path / "nope")})
+    assert gone.returncode == 2 and "is not a directory" in gone.stderr
+    assert f"| `{PLE_TABLE_DIR_ENV}` |" in doc and "(must be a writable directory)" in doc
+
+

@@ -6,21 +6,31 @@ import pytest
 
 from builder.config import launch_plan
 from builder.config.overrides import LaunchOverrides
+from builder.config.ple import PLE_TABLE_DIR_ENV
 from builder.constants import CONTAINER_MODEL_DIR, CONTAINER_PLE_DIR
 from builder.errors import ServeError
-from builder.serve.container import run_spec
+from builder.serve.container import BindMount, run_spec
 
 
-def test_gb10_gets_gpu_host_ipc_ptrace_and_read_only_model_and_ple(pinned, tmp_path):
+def test_gb10_gets_gpu_host_ipc_ptrace_read_only_model_and_writable_ple_tables(pinned, tmp_path):
     spec = run_spec(cfg=pinned("gb10"), image="img", model_dir=tmp_path, ple_dir=tmp_path / "ple", bind="127.0.0.1", host_port=None)
     assert spec.gpus == 1
     assert spec.ipc_mode == "host" and spec.shm_size is None
     assert spec.cap_add == ["SYS_PTRACE"]
-    assert (str(tmp_path.resolve()), CONTAINER_MODEL_DIR) in spec.mounts
-    assert (str((tmp_path / "ple").resolve()), CONTAINER_PLE_DIR) in spec.mounts
+    assert BindMount(host=str(tmp_path.resolve()), container=CONTAINER_MODEL_DIR, read_only=True) in spec.mounts
+    # The engine builds PLE table files there when the checkpoint's table cannot be mapped in place.
+    assert BindMount(host=str((tmp_path / "ple").resolve()), container=CONTAINER_PLE_DIR, read_only=False) in spec.mounts
     assert spec.ports == {"8000/tcp": ("127.0.0.1", 8000)}
     assert spec.command == []  # the image's rendered launch script runs
     assert spec.environment["MODEL_DIR"] == CONTAINER_MODEL_DIR
+    assert spec.environment[PLE_TABLE_DIR_ENV] == CONTAINER_PLE_DIR
+
+
+@pytest.mark.parametrize("name", ["gb10", "cmp170hx-x2", "h200"])
+def test_every_input_the_launch_requires_is_set(pinned, tmp_path, name):
+    cfg = pinned(name)
+    spec = run_spec(cfg=cfg, image="i", model_dir=tmp_path, ple_dir=tmp_path, bind="127.0.0.1", host_port=None)
+    assert {r.env for r in launch_plan(cfg).required} <= set(spec.environment)
 
 
 def test_cmp170hx_gets_both_gpus(pinned, tmp_path):
@@ -28,10 +38,16 @@ def test_cmp170hx_gets_both_gpus(pinned, tmp_path):
     assert spec.gpus == 2
 
 
-def test_ple_model_without_ple_dir_is_refused(pinned, tmp_path):
+def test_mapped_ple_without_ple_dir_is_refused(pinned, tmp_path):
     with pytest.raises(ServeError) as err:
         run_spec(cfg=pinned("gb10"), image="i", model_dir=tmp_path, ple_dir=None, bind="127.0.0.1", host_port=None)
-    assert "--ple-dir" in err.value.hint
+    assert "--ple-dir" in err.value.hint and "read-write" in err.value.hint
+
+
+def test_ple_dir_for_a_target_that_does_not_map_is_refused(pinned, tmp_path):
+    with pytest.raises(ServeError) as err:
+        run_spec(cfg=pinned("cpu-smoke"), image="i", model_dir=tmp_path, ple_dir=tmp_path, bind="127.0.0.1", host_port=None)
+    assert "drop --ple-dir" in err.value.hint
 
 
 def test_cpu_smoke_has_no_gpu_no_ptrace_and_shm(pinned, tmp_path):
@@ -39,6 +55,7 @@ def test_cpu_smoke_has_no_gpu_no_ptrace_and_shm(pinned, tmp_path):
     assert spec.gpus == 0 and spec.cap_add == [] and spec.ipc_mode is None and spec.shm_size
     assert spec.ports == {"8000/tcp": ("0.0.0.0", 18000)}
     assert spec.environment == {"MODEL_DIR": CONTAINER_MODEL_DIR}
+    assert spec.mounts == [BindMount(host=str(tmp_path.resolve()), container=CONTAINER_MODEL_DIR)]
     assert spec.secret_environment == {}
 
 
