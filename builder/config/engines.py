@@ -33,6 +33,10 @@ class EngineProfile(StrictModel):
         default=False,
         description="Whether the engine can memory-map the PLE table instead of pinning it in host RAM.",
     )
+    wheel_lock: bool = Field(
+        default=False,
+        description="Whether docker/locks/ has per-platform wheel locks of this engine (base_source = wheel-lock).",
+    )
     api_server_module: str = Field(
         default="vllm.entrypoints.openai.api_server",
         description="Module started with `python -m`; avoids the `vllm` console script, which "
@@ -49,6 +53,7 @@ ENGINE_PROFILES: dict[str, EngineProfile] = {
             version=ENGINE_UPSTREAM_VERSION,
             int8_patch_set=True,
             ple_style="engram",
+            wheel_lock=True,
         ),
         EngineProfile(
             id="vllm-fork-preview",

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
+from builder.config._base import rule_error
 from builder.config.models import ReleaseConfig
 from builder.constants import TARGETS_DIR
 from builder.errors import ConfigError, ImagePinError
@@ -59,14 +60,38 @@ def format_validation_error(exc: ValidationError) -> str:
 
 
 def require_pinned_base(cfg: ReleaseConfig) -> str:
-    """The base image reference, refusing one without a digest (builds and serves must be reproducible)."""
-    if cfg.target.base_image_digest is None:
+    """The pinned base of the target's base_source, ``ref@sha256:<digest>``; anything unpinned is refused.
+
+    For base_source = image: the image reference with its registry digest. For wheel-lock: the lock's
+    path with the digest of its bytes (the lock file itself is checked against it when a build reads it).
+    Builds and serves must be reproducible, so a tag or a bare path never passes.
+    """
+    t = cfg.target
+    if t.base_source == "wheel-lock":
+        if t.base_lock_digest is None:
+            raise ImagePinError(
+                str(rule_error(
+                    "target.base_lock",
+                    f"'{t.base_lock}' of target '{t.name}' has no @sha256: digest, so any edit of the lock would be built",
+                    f"run `builder pin --target {t.name}` to write the lock file's digest (or edit base_lock to "
+                    "path@sha256:<sha256sum of the file>)",
+                ))
+            )
+        return str(t.base_lock)
+    if t.base_image_digest is None:
         raise ImagePinError(
-            f"target.base_image '{cfg.target.base_image}' of target '{cfg.target.name}' has no @sha256: digest",
-            hint=f"pull the image, then run `builder pin --target {cfg.target.name}` to write its digest "
-            "into the target file (or edit base_image to name@sha256:<digest>)",
+            str(rule_error(
+                "target.base_image",
+                f"'{t.base_image}' of target '{t.name}' has no @sha256: digest",
+                f"pull the image, then run `builder pin --target {t.name}` to write its digest into the target file "
+                "(or edit base_image to name@sha256:<digest>)",
+            )),
+            hint=f"no registry reachable? set base_source = \"wheel-lock\" and base_lock = \"docker/locks/"
+            f"{cfg.engine.resolved.package}-{cfg.engine.resolved.version}-linux-{t.arch}.txt\", then `builder pin --target {t.name}`"
+            if cfg.engine.resolved.wheel_lock
+            else None,
         )
-    return cfg.target.base_image
+    return t.base_image
 
 
 def config_digest(cfg: ReleaseConfig) -> str:
