@@ -131,12 +131,56 @@ def image(
     ca_bundle: Path | None = typer.Option(
         None, "--ca-bundle", help="PEM bundle pip inside the build trusts (TLS-intercepting proxy); not kept in the image."
     ),
+    evidence: bool = typer.Option(
+        False, "--evidence", help="Write build.json, labels.json, selfcheck.txt and the log tail to evidence/images/<target>/."
+    ),
 ) -> None:
-    """Build the serving image qfn-int8kv:<target>-<version> with the docker SDK."""
+    """Build the serving image qfn-int8kv:<target>-<version> with the docker SDK (GPU targets: base from
+    the pinned image or engine lock, patches, AOT kernels, then the in-image self-check before tagging)."""
+    from builder.constants import EVIDENCE_DIR
     from builder.image import build_image
+    from builder.image.evidence import write_image_evidence
 
-    built = build_image(cfg=config.load_target(target), ca_bundle=ca_bundle)
+    cfg = config.load_target(target)
+    built = build_image(cfg=cfg, ca_bundle=ca_bundle, console=err_console)
+    if evidence:
+        for path in write_image_evidence(
+            built=built, target=cfg.target.name, base_pin=config.require_pinned_base(cfg),
+            base_source=cfg.target.base_source, out_dir=EVIDENCE_DIR / "images" / cfg.target.name,
+        ):  # fmt: skip
+            err_console.print(f"evidence: {path}", highlight=False, soft_wrap=True)
     typer.echo(built.tag)
+
+
+@app.command()
+def lint(
+    target: str = typer.Option(..., "--target", "-t", help="A GPU target (vllm-0.33.0 engine)."),
+) -> None:
+    """Launch lint without an image: the target's rendered launch command through vLLM 0.33.0's own
+    parser and config builders, in a cached venv of the locked engine without CUDA."""
+    from builder.image.lintenv import ensure_lint_venv, lint_target
+
+    cfg = config.load_target(target)
+    python = ensure_lint_venv(log=lambda m: err_console.print(m, highlight=False, soft_wrap=True))
+    typer.echo(lint_target(cfg=cfg, python=python), nl=False)
+
+
+@app.command()
+def selfcheck(
+    image: str | None = typer.Option(None, "--image", help="A built GPU image (default: the target's tag)."),
+    target: str | None = typer.Option(None, "--target", "-t", help="Target whose image to check."),
+) -> None:
+    """Run the in-image self-check (patched engine checks + launch lint) on a built GPU image, on CPU."""
+    from builder.errors import ConfigError
+    from builder.image.build import BuildLog, run_selfcheck
+    from builder.image.daemon import docker_client
+    from builder.image.recipe import image_tag
+
+    if image is None:
+        if target is None:
+            raise ConfigError("selfcheck needs --image or --target", hint="e.g. builder selfcheck --target h200")
+        image = image_tag(config.load_target(target))
+    run_selfcheck(client=docker_client(), image=image, log=BuildLog(err_console))
 
 
 @app.command()

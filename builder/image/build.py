@@ -52,7 +52,7 @@ class BuiltImage(BaseModel):
     log: list[str] = []
 
 
-class _Log:
+class BuildLog:
     """Prints like a Console and keeps every line, so the build log can go to evidence."""
 
     def __init__(self, console: Console) -> None:
@@ -73,7 +73,7 @@ def build_image(
     repo_root: Path = REPO_ROOT,
     selfcheck: bool = True,
 ) -> BuiltImage:
-    log = _Log(console or Console(stderr=True))
+    log = BuildLog(console or Console(stderr=True))
     recipe = build_recipe(cfg)  # refuses an unpinned base first: nothing else matters then
     lock = None
     if recipe.base_source == "wheel-lock":  # the lock file must still be the bytes that were pinned
@@ -134,7 +134,7 @@ def build_image(
     )  # fmt: skip
 
 
-def run_selfcheck(*, client: docker.DockerClient, image: str, log: _Log, emulated: bool = False) -> tuple[str, float]:
+def run_selfcheck(*, client: docker.DockerClient, image: str, log: BuildLog, emulated: bool = False) -> tuple[str, float]:
     """`qfn-selfcheck` in a throwaway container of ``image``, no network; SelfCheckError when it fails."""
     log.print(f"image: self-check of {image} (CPU, no network" + (", under QEMU emulation" if emulated else "") + ")", soft_wrap=True)
     start = time.monotonic()
@@ -196,7 +196,7 @@ def _sdk_build(
     recipe: BuildRecipe,
     tag: str,
     labels: dict[str, str],
-    log: _Log,
+    log: BuildLog,
     start: float,
     emulated: bool,
 ) -> None:
