@@ -22,7 +22,7 @@ from packaging.utils import canonicalize_name
 
 from builder import selfcheck
 from builder.config import ReleaseConfig, launch_plan
-from builder.constants import CACHE_DIR, ENGINE_UPSTREAM_VERSION, LOCKS_DIR
+from builder.constants import CACHE_DIR, ENGINE_UPSTREAM_VERSION, LOCKS_DIR, WHEEL_CACHE_DIR
 from builder.errors import LockError, SelfCheckError
 from builder.image.lock import read_lock
 from builder.render import render_launch
@@ -51,7 +51,9 @@ def lint_requirements(lock_path: Path) -> tuple[str, str]:
     return "\n".join(lines) + "\n", lock.digest
 
 
-def ensure_lint_venv(*, lock_path: Path | None = None, venv: Path = LINT_VENV_DIR, log=print) -> Path:
+def ensure_lint_venv(
+    *, lock_path: Path | None = None, venv: Path = LINT_VENV_DIR, wheel_cache: Path = WHEEL_CACHE_DIR / "amd64", log=print
+) -> Path:
     """The venv's python; rebuilt when the lock it came from changed (stamp file)."""
     lock_path = lock_path or LOCKS_DIR / f"vllm-{ENGINE_UPSTREAM_VERSION}-linux-amd64.txt"
     requirements, digest = lint_requirements(lock_path)
@@ -70,7 +72,9 @@ def ensure_lint_venv(*, lock_path: Path | None = None, venv: Path = LINT_VENV_DI
         subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
         subprocess.run([*pip, CPU_TORCH], check=True)
         req.write_text(requirements)
-        subprocess.run([*pip, "--require-hashes", "--no-deps", "--only-binary=:all:", "-r", str(req)], check=True)
+        # The base build's wheel cache, when there, saves the download (the hashes still decide).
+        cached = ["--find-links", str(wheel_cache)] if wheel_cache.is_dir() else []
+        subprocess.run([*pip, *cached, "--require-hashes", "--no-deps", "--only-binary=:all:", "-r", str(req)], check=True)
     except subprocess.CalledProcessError as exc:
         raise LockError(f"the lint venv could not be installed ({exc})", hint="check access to PyPI; the pip output is above") from exc
     stamp.write_text(digest + "\n")

@@ -52,6 +52,9 @@ RULES = [
      ["target.base_lock", "would be ignored", 'base_source = "wheel-lock"']),
     ("h200", {"target.base_source": "pypi"}, ["target.base_source"]),
     ("h200", {"target.base_lock": "docker/locks/vllm-0.33.0-linux-amd64.txt@sha256:short"}, ["target.base_lock"]),
+    ("gb10", {"engine.profile": "vllm-fork-preview", "kv_cache.dtype": "fp8_e4m3", "kv_cache.scale_layout": _DELETE,
+              "patches.apply": False, "patches.reason": "x"},
+     ["target.base_source", "has no wheel lock", 'base_source = "image"']),
 ]
 
 
@@ -124,6 +127,8 @@ def test_ple_spelling_follows_engine(target_data):
 
     data = target_data("gb10")
     _set(data, "engine.profile", "vllm-fork-preview")
+    _set(data, "target.base_source", "image")  # the fork preview has no wheel lock
+    _set(data, "target.base_lock", _DELETE)
     _set(data, "kv_cache.dtype", "fp8_e4m3")
     _set(data, "kv_cache.scale_layout", _DELETE)
     _set(data, "patches.apply", False)
