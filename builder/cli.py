@@ -172,6 +172,7 @@ def selfcheck(
 ) -> None:
     """Run the in-image self-check (patched engine checks + launch lint) on a built GPU image, on CPU."""
     from builder.errors import ConfigError
+    from builder.constants import DOCKER_SLOW_API_TIMEOUT_S
     from builder.image.build import BuildLog, run_selfcheck
     from builder.image.daemon import docker_client
     from builder.image.recipe import image_tag
@@ -180,7 +181,7 @@ def selfcheck(
         if target is None:
             raise ConfigError("selfcheck needs --image or --target", hint="e.g. builder selfcheck --target h200")
         image = image_tag(config.load_target(target))
-    run_selfcheck(client=docker_client(), image=image, log=BuildLog(err_console))
+    run_selfcheck(client=docker_client(timeout=DOCKER_SLOW_API_TIMEOUT_S), image=image, log=BuildLog(err_console))
 
 
 @app.command()

@@ -128,6 +128,10 @@ WHEEL_CACHE_DIR = CACHE_DIR / "wheels"
 #: binfmt_misc entries that let a x86_64 host run arm64 binaries (qemu-user-static, F flag).
 BINFMT_DIR = Path("/proc/sys/fs/binfmt_misc")
 QEMU_BINFMT = {"arm64": "qemu-aarch64", "amd64": "qemu-x86_64"}
+#: Docker API read timeouts (seconds): the SDK's default, and the one for steps that move a multi-GB
+#: engine layer (commit, container removal, a RUN step silent for minutes under QEMU emulation).
+DOCKER_API_TIMEOUT_S = 60
+DOCKER_SLOW_API_TIMEOUT_S = 3600
 #: Where GPU images carry the self-check package and the target facts it lints against.
 SELFCHECK_LIB = "/opt/qfn/lib"
 SELFCHECK_TARGET_FILE = "/opt/qfn/selfcheck/target.json"

@@ -23,6 +23,7 @@ from pydantic import BaseModel, ConfigDict
 from rich.console import Console
 
 from builder.constants import (
+    DOCKER_SLOW_API_TIMEOUT_S,
     BINFMT_DIR,
     ENGINE_LOCK_INPUT,
     LOCK_BASE_REPO,
@@ -42,6 +43,7 @@ from builder.image.lock import EngineLock, read_lock, render_lock
 LABEL_LOCK_DIGEST = f"{QFN_LABEL_PREFIX}.base.lock.sha256"
 LABEL_LOCK_ENGINE = f"{QFN_LABEL_PREFIX}.base.lock.engine"
 LABEL_OS_BASE = f"{QFN_LABEL_PREFIX}.base.os"
+LABEL_BYTECODE = f"{QFN_LABEL_PREFIX}.base.bytecode"
 _PATH = f"{LOCK_BASE_VENV}/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 
@@ -107,11 +109,11 @@ def _run(
     env: dict[str, str],
     console: Console,
     what: str,
-    progress: Callable[[docker.models.containers.Container], str] | None = None,
+    progress: Callable[[docker.models.containers.Container, list[str]], str] | None = None,
     network: str = "bridge",
 ) -> tuple[docker.models.containers.Container, list[str]]:
     """Run ``sh -c script`` in ``image``, echo its output with elapsed seconds, and print a heartbeat
-    (``progress(container)``) every 30 s of silence. Returns the stopped container (caller removes it)."""
+    (``progress(container, lines so far)``) every 30 s of silence. Returns the stopped container (caller removes it)."""
     container = client.containers.run(image, ["sh", "-c", script], detach=True, volumes=mounts, environment=env, network_mode=network)
     start = time.monotonic()
     done = threading.Event()
@@ -120,12 +122,12 @@ def _run(
     def heartbeat() -> None:
         while not done.wait(30):
             if time.monotonic() - last[0] >= 30:
-                note = progress(container) if progress else "working"
+                note = progress(container, lines) if progress else "working"
                 console.print(f"[{time.monotonic() - start:5.0f}s] {what}: {note}", highlight=False, markup=False, soft_wrap=True)
 
+    lines: list[str] = []
     beat = threading.Thread(target=heartbeat, daemon=True)
     beat.start()
-    lines: list[str] = []
     try:
         for raw in container.logs(stream=True, follow=True):
             for line in raw.decode(errors="replace").splitlines():
@@ -170,7 +172,7 @@ def resolve_lock(
 
     The wheels pip downloads are kept in the wheel cache, so the base build that follows downloads nothing.
     """
-    client = docker_client()
+    client = docker_client(timeout=DOCKER_SLOW_API_TIMEOUT_S)
     emulated = emulation_needed(client, arch)
     os_base = ensure_os_base(arch=arch, console=console, repo_root=repo_root)
     cache = wheel_cache / arch
@@ -197,7 +199,7 @@ def resolve_lock(
         }
         container, lines = _run(
             client=client, image=os_base, script=script, mounts=mounts, env=_PIP_ENV | ca_env, console=console,
-            what="pip download", progress=lambda _: f"{len(list(fresh.glob('*.whl')))} wheels saved",
+            what="pip download", progress=lambda _, seen: f"{sum(ln.startswith('Collecting') for ln in seen)} requirements collected so far",
         )  # fmt: skip
         container.remove(force=True)
         python = next((ln.split()[1] for ln in lines if ln.startswith("QFN-PYTHON ")), "unknown")
@@ -248,7 +250,7 @@ def ensure_wheels(*, lock: EngineLock, os_base: str, client: docker.DockerClient
     )
     container, _ = _run(
         client=client, image=os_base, script=script, mounts=mounts, env=_PIP_ENV | ca_env, console=console,
-        what="pip download (locked)", progress=lambda _: f"{len(lock.entries) - len(_missing_wheels(lock, cache))}/{len(lock.entries)} wheels cached",
+        what="pip download (locked)", progress=lambda _c, _l: f"{len(lock.entries) - len(_missing_wheels(lock, cache))}/{len(lock.entries)} wheels cached",
     )  # fmt: skip
     container.remove(force=True)
     still = _missing_wheels(lock, cache)
@@ -274,7 +276,7 @@ def ensure_lock_base(
     repo_root: Path = REPO_ROOT,
 ) -> LockBase:
     """The base built from ``lock`` (reused when present): OS base + /opt/venv with every locked wheel."""
-    client = docker_client()
+    client = docker_client(timeout=DOCKER_SLOW_API_TIMEOUT_S)
     arch = lock.platform.split("/", 1)[1]
     emulated = emulation_needed(client, arch)
     tag = base_tag(lock)
@@ -296,13 +298,16 @@ def ensure_lock_base(
     }
     total = len(lock.entries)
 
-    def installed(container) -> str:
+    def installed(container, lines) -> str:
+        if lines and "byte-compiling" in lines[-1]:
+            return "byte-compiling the venv (both cores)"
         out = container.exec_run(["sh", "-c", f"ls -d {LOCK_BASE_VENV}/lib/python3*/site-packages/*.dist-info 2>/dev/null | wc -l"])
         count = out.output.decode().strip() if out.exit_code == 0 else "?"
         return f"{count}/{total} packages installed (+ pip of the venv)"
 
     container, _ = _run(
-        client=client, image=os_base, script=f"install-lock /lock/lock.txt /wheels {LOCK_BASE_VENV}", mounts=mounts,
+        client=client, image=os_base, mounts=mounts,
+        script=f"install-lock /lock/lock.txt /wheels {LOCK_BASE_VENV} {'no-compile' if emulated else 'compile'}",
         env={"PIP_DISABLE_PIP_VERSION_CHECK": "1"}, console=console, what="install-lock", progress=installed,
         network="none",  # everything comes from the hash-checked wheel cache
     )  # fmt: skip
@@ -316,7 +321,12 @@ def ensure_lock_base(
             conf={
                 "Env": [f"PATH={_PATH}", "LANG=C.UTF-8", f"VIRTUAL_ENV={LOCK_BASE_VENV}"],
                 "Cmd": ["/bin/bash"],
-                "Labels": {LABEL_LOCK_DIGEST: lock.digest, LABEL_LOCK_ENGINE: lock.engine, LABEL_OS_BASE: f"{os_base} {os_id}"},
+                "Labels": {
+                    LABEL_LOCK_DIGEST: lock.digest,
+                    LABEL_LOCK_ENGINE: lock.engine,
+                    LABEL_OS_BASE: f"{os_base} {os_id}",
+                    LABEL_BYTECODE: "on first import (built under QEMU emulation)" if emulated else "compiled at build",
+                },
             },
         )
     finally:

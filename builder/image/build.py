@@ -18,7 +18,7 @@ from pydantic import BaseModel, ConfigDict
 from rich.console import Console
 
 from builder.config import ReleaseConfig
-from builder.constants import EVIDENCE_DIR, REPO_ROOT
+from builder.constants import DOCKER_SLOW_API_TIMEOUT_S, EVIDENCE_DIR, REPO_ROOT
 from builder.errors import DockerError, SelfCheckError
 from builder.image.base import emulation_needed, ensure_lock_base, load_pinned_lock
 from builder.image.context import assemble_context
@@ -78,7 +78,7 @@ def build_image(
     lock = None
     if recipe.base_source == "wheel-lock":  # the lock file must still be the bytes that were pinned
         lock = load_pinned_lock(path=repo_root / cfg.target.base_lock_path, digest=recipe.base_pin.split("@", 1)[1])
-    client = docker_client()
+    client = docker_client(timeout=DOCKER_SLOW_API_TIMEOUT_S)
     arch = recipe.platform.split("/", 1)[1]
     emulated = emulation_needed(client, arch)
     if emulated:
