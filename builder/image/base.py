@@ -19,6 +19,7 @@ from pathlib import Path
 
 import docker
 from docker.errors import ImageNotFound
+from docker.types import Mount
 from pydantic import BaseModel, ConfigDict
 from rich.console import Console
 
@@ -44,6 +45,7 @@ LABEL_LOCK_DIGEST = f"{QFN_LABEL_PREFIX}.base.lock.sha256"
 LABEL_LOCK_ENGINE = f"{QFN_LABEL_PREFIX}.base.lock.engine"
 LABEL_OS_BASE = f"{QFN_LABEL_PREFIX}.base.os"
 LABEL_BYTECODE = f"{QFN_LABEL_PREFIX}.base.bytecode"
+INSTALL_MOUNT = "/tmp/qfn-install"
 _PATH = f"{LOCK_BASE_VENV}/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 
@@ -114,7 +116,10 @@ def _run(
 ) -> tuple[docker.models.containers.Container, list[str]]:
     """Run ``sh -c script`` in ``image``, echo its output with elapsed seconds, and print a heartbeat
     (``progress(container, lines so far)``) every 30 s of silence. Returns the stopped container (caller removes it)."""
-    container = client.containers.run(image, ["sh", "-c", script], detach=True, volumes=mounts, environment=env, network_mode=network)
+    # HostConfig mounts, not `volumes=`: the SDK also declares those as VOLUMEs in the container's
+    # config, which `docker commit` would carry into the base (and FROM would then mount over files).
+    binds = [Mount(target=m["bind"], source=host, type="bind", read_only=m["mode"] == "ro") for host, m in mounts.items()]
+    container = client.containers.run(image, ["sh", "-c", script], detach=True, mounts=binds, environment=env, network_mode=network)
     start = time.monotonic()
     done = threading.Event()
     last = [start]
@@ -291,10 +296,12 @@ def ensure_lock_base(
     cache = wheel_cache / arch
     ensure_wheels(lock=lock, os_base=os_base, client=client, ca_bundle=ca_bundle, console=console, cache=cache)
     console.print(f"base: installing {len(lock.entries)} wheels into {LOCK_BASE_VENV} ({lock.engine}, linux/{arch})", highlight=False, soft_wrap=True)
+    # Everything the install reads is mounted under one folder; its empty mount points are all of it
+    # that the committed layer keeps.
     mounts = {
-        str(lock.path.resolve()): {"bind": "/lock/lock.txt", "mode": "ro"},
-        str(cache): {"bind": "/wheels", "mode": "ro"},
-        str((repo_root / "docker" / "install-lock").resolve()): {"bind": "/usr/local/bin/install-lock", "mode": "ro"},
+        str(lock.path.resolve()): {"bind": f"{INSTALL_MOUNT}/lock.txt", "mode": "ro"},
+        str(cache): {"bind": f"{INSTALL_MOUNT}/wheels", "mode": "ro"},
+        str((repo_root / "docker" / "install-lock").resolve()): {"bind": f"{INSTALL_MOUNT}/install-lock", "mode": "ro"},
     }
     total = len(lock.entries)
 
@@ -307,7 +314,8 @@ def ensure_lock_base(
 
     container, _ = _run(
         client=client, image=os_base, mounts=mounts,
-        script=f"install-lock /lock/lock.txt /wheels {LOCK_BASE_VENV} {'no-compile' if emulated else 'compile'}",
+        script=f"sh {INSTALL_MOUNT}/install-lock {INSTALL_MOUNT}/lock.txt {INSTALL_MOUNT}/wheels {LOCK_BASE_VENV} "
+        + ("no-compile" if emulated else "compile"),
         env={"PIP_DISABLE_PIP_VERSION_CHECK": "1"}, console=console, what="install-lock", progress=installed,
         network="none",  # everything comes from the hash-checked wheel cache
     )  # fmt: skip

@@ -130,8 +130,27 @@ def rendered_command(*, launch_script: Path, model_dir: Path) -> tuple[list[str]
     return argv, exported
 
 
-def _install_platform(gpu: TargetGpu) -> None:
+def _without_driver() -> str | None:
+    """vllm/platforms/cuda.py imports the engine's CUDA ops library, which links libcuda.so.1 (the
+    driver, present only with a GPU). Without it, stand an empty module in for that library so the
+    platform class loads; its ops are kernels that no config builder calls. Returns what was done."""
+    import importlib
+    import sys
+    import types
+
+    try:
+        importlib.import_module("vllm._C_stable_libtorch")
+        return None
+    except ImportError as exc:
+        if "libcuda" not in str(exc):
+            raise
+        sys.modules["vllm._C_stable_libtorch"] = types.ModuleType("vllm._C_stable_libtorch")
+        return f"vllm._C_stable_libtorch not loaded ({exc}); its CUDA ops are not registered"
+
+
+def _install_platform(gpu: TargetGpu) -> str | None:
     """Make vLLM's current_platform the target's CUDA GPU before any engine module reads it."""
+    note = _without_driver()
     import vllm.platforms as platforms
     from vllm.platforms.cuda import CudaPlatformBase
     from vllm.platforms.interface import DeviceCapability
@@ -164,6 +183,7 @@ def _install_platform(gpu: TargetGpu) -> None:
             return None
 
     platforms._current_platform = TargetCudaPlatform()
+    return note
 
 
 @contextlib.contextmanager
@@ -189,7 +209,8 @@ def lint_argv(*, argv: list[str], env: dict[str, str], gpu: TargetGpu) -> LintRe
     """Parse, validate and build the engine config of ``argv`` (``python3 -m MODULE --model ...``)."""
     stages: list[tuple[str, str]] = []
     with _env(env | {"VLLM_ENABLE_V1_MULTIPROCESSING": "0", "HF_HUB_OFFLINE": "1"}):
-        _install_platform(gpu)
+        note = _install_platform(gpu)
+        stages.append(("platform", f"CUDA {gpu.arch} x{gpu.count}, {gpu.memory_gib:g} GiB (the target's GPU)" + (f"; {note}" if note else "")))
         from vllm.engine.arg_utils import AsyncEngineArgs
         from vllm.entrypoints.common.cli_args import make_arg_parser, validate_parsed_serve_args
         from vllm.usage.usage_lib import UsageContext

@@ -1,9 +1,11 @@
-"""The launch lint against the real vllm==0.33.0 (locked wheels, CPU torch, no CUDA stack): every
-GPU target's rendered command passes vLLM's own parser and config builders, and a misspelled
-flag, a key the speculative config rejects, or an out-of-range value is refused with the
-engine's own message. The same lint runs inside every GPU image (tests/image/test_gpu_image.py).
+"""The launch lint against the real, patched vllm==0.33.0 (the amd64 engine lock installed in a
+venv, the series applied): every GPU target's rendered command passes vLLM's own parser and config
+builders, and a misspelled flag, a key the speculative config rejects, or an out-of-range value is
+refused with the engine's own message. The same lint runs inside every GPU image
+(tests/image/test_gpu_image.py).
 
-The venv is made once per lock (~450 MB of wheels from PyPI, cached in ~/.cache/qfn-int8kv).
+The venv is made once per lock and series (~4 GB of wheels from PyPI, shared with the base build's
+wheel cache; ~9 GB installed, in ~/.cache/qfn-int8kv/lint-venv).
 """
 
 from __future__ import annotations
