@@ -36,12 +36,13 @@ COPY context/wheels/ /tmp/qfn-wheels/
 COPY docker/install-engine /usr/local/bin/
 RUN install-engine "${ENGINE_SPEC}" "${ENGINE_PYTHON}" "${ENGINE_REMOVE}" "${ENGINE_DIR}"
 COPY context/builder/ /tmp/qfn-builder/
-COPY context/selfcheck/ /tmp/qfn-selfcheck/
 COPY docker/apply-patches docker/compile-kernels /usr/local/bin/
 RUN if [ "${APPLY_PATCHES}" = 1 ]; then apply-patches "${ENGINE_PYTHON}"; \
     else echo "apply-patches: skipped (APPLY_PATCHES=${APPLY_PATCHES})"; fi
 RUN if [ -n "${KERNEL_ARCH}" ]; then compile-kernels "${ENGINE_PYTHON}" "${KERNEL_ARCH}" /qfn-overlay/opt/qfn/kernels; \
     else echo "compile-kernels: skipped (no KERNEL_ARCH: no GPU kernels for this target)"; fi
+# After the patches and kernels, so a change of the self-check alone rebuilds only what follows.
+COPY context/selfcheck/ /tmp/qfn-selfcheck/
 RUN mkdir -p /qfn-overlay/opt/qfn && cp -a /tmp/qfn-selfcheck/. /qfn-overlay/ && "${ENGINE_PYTHON}" -c 'import json, sys; \
 r = json.load(open(sys.argv[1])); r.update(apply_patches=sys.argv[2] == "1", kernel_arch=sys.argv[3] or None); \
 json.dump(r, open(sys.argv[4], "w"), indent=2)' \

@@ -6,8 +6,10 @@ engine's OpenAI-server parser, validated as `vllm serve` validates it, turned in
 and then into the whole VllmConfig the engine would build at start-up: model, cache, parallel,
 speculative (MTP draft config), engram and scheduler configs with their validators, and the
 model's own verify_and_update_config. The model is a small synthetic config.json with
-Qwen4Exp's architecture fields; the GPU the platform reports is the target's (arch, count,
-memory), the one fact no CPU host has. Any refusal is reported with the engine's own message.
+Qwen4Exp's architecture fields and a small tokenizer; the GPU the platform reports is the
+target's (arch, count, memory), the one fact no CPU host has (the model's modules are imported as
+the host sees them, and the driver-linked CUDA ops library is stood in for: see _install_platform).
+Any refusal is reported with the engine's own message.
 """
 
 from __future__ import annotations
@@ -101,9 +103,41 @@ class LintResult:
     stages: list[tuple[str, str]]
 
 
+#: Special tokens the launch needs from the tokenizer: chat markers, and the think markers the
+#: qwen3 reasoning parser looks up when the engine config is built.
+SPECIAL_TOKENS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>", "<think>", "</think>")
+
+
+def _tokenizer_json() -> dict:
+    """A small word-level tokenizer in the `tokenizers` serialization (no engine code needed to write it)."""
+    words = [*SPECIAL_TOKENS, *"abcdefghijklmnopqrstuvwxyz0123456789.,!?", "the", "a", "is", "qwen"]
+    return {
+        "version": "1.0",
+        "truncation": None,
+        "padding": None,
+        "added_tokens": [
+            {"id": i, "content": t, "single_word": False, "lstrip": False, "rstrip": False, "normalized": False, "special": True}
+            for i, t in enumerate(SPECIAL_TOKENS)
+        ],
+        "normalizer": None,
+        "pre_tokenizer": {"type": "Whitespace"},
+        "post_processor": None,
+        "decoder": None,
+        "model": {"type": "WordLevel", "vocab": {w: i for i, w in enumerate(words)}, "unk_token": "<|endoftext|>"},
+    }
+
+
 def write_synthetic_model(directory: Path) -> Path:
+    """config.json with Qwen4Exp's architecture fields and a small real tokenizer; no weights (the lint
+    builds configs, it never loads a model)."""
     directory.mkdir(parents=True, exist_ok=True)
     (directory / "config.json").write_text(json.dumps(SYNTHETIC_CONFIG, indent=2) + "\n")
+    (directory / "tokenizer.json").write_text(json.dumps(_tokenizer_json()) + "\n")
+    (directory / "tokenizer_config.json").write_text(
+        json.dumps({"tokenizer_class": "PreTrainedTokenizerFast", "eos_token": "<|im_end|>", "pad_token": "<|endoftext|>",
+                    "bos_token": None, "unk_token": "<|endoftext|>", "model_max_length": 262144})
+        + "\n"
+    )  # fmt: skip
     return directory
 
 
@@ -130,27 +164,52 @@ def rendered_command(*, launch_script: Path, model_dir: Path) -> tuple[list[str]
     return argv, exported
 
 
-def _without_driver() -> str | None:
-    """vllm/platforms/cuda.py imports the engine's CUDA ops library, which links libcuda.so.1 (the
-    driver, present only with a GPU). Without it, stand an empty module in for that library so the
-    platform class loads; its ops are kernels that no config builder calls. Returns what was done."""
+#: Engine extension libraries that vllm/platforms/cuda.py imports and that link libcuda.so.1, the
+#: driver, which exists only with a GPU.
+DRIVER_LINKED_MODULES = ("vllm._C_stable_libtorch",)
+#: The model's package and the classes the launch uses (the model, its MTP draft), imported before
+#: the platform is set (see _install_platform).
+MODEL_PACKAGE = "vllm.models.qwen4_exp"
+MODEL_CLASSES = ("Qwen4ExpForCausalLM", "Qwen4ExpMTP")
+
+
+def _without_driver() -> list[str]:
+    """Without a GPU the driver library is absent, so the engine's CUDA extension libraries cannot
+    load, and vllm/platforms/cuda.py and the attention imports need them. Each one that fails for
+    that reason (and only that) gets an empty module in its place: they hold kernels, and no config
+    builder calls a kernel. Returns the names stood in for."""
     import importlib
     import sys
     import types
 
-    try:
-        importlib.import_module("vllm._C_stable_libtorch")
-        return None
-    except ImportError as exc:
-        if "libcuda" not in str(exc):
-            raise
-        sys.modules["vllm._C_stable_libtorch"] = types.ModuleType("vllm._C_stable_libtorch")
-        return f"vllm._C_stable_libtorch not loaded ({exc}); its CUDA ops are not registered"
+    stood_in = []
+    for name in DRIVER_LINKED_MODULES:
+        try:
+            importlib.import_module(name)
+        except ImportError as exc:
+            if "libcuda" not in str(exc):
+                continue  # absent from this build (fa3 on some arches): the engine copes, as on a GPU host
+            sys.modules[name] = types.ModuleType(name)
+            stood_in.append(name)
+    return stood_in
 
 
 def _install_platform(gpu: TargetGpu) -> str | None:
-    """Make vLLM's current_platform the target's CUDA GPU before any engine module reads it."""
-    note = _without_driver()
+    """Make vLLM's current_platform the target's CUDA GPU for the config builders.
+
+    The model's modules are imported first, as this host's own platform detection sees them (no
+    GPU): imported under a CUDA platform they would load the flash-attention and CUTLASS kernel
+    libraries, which need the driver; the model class is then inspected in-process. Everything built
+    after that (DeviceConfig, CacheConfig,
+    SpeculativeConfig, VllmConfig with the platform's check_and_update_config) sees the target's GPU.
+    """
+    import importlib
+
+    package = importlib.import_module(MODEL_PACKAGE)
+    for name in MODEL_CLASSES:
+        getattr(package, name)
+    stood_in = _without_driver()
+    note = f"no driver (libcuda.so.1): {', '.join(stood_in)} not loaded, kernels only" if stood_in else None
     import vllm.platforms as platforms
     from vllm.platforms.cuda import CudaPlatformBase
     from vllm.platforms.interface import DeviceCapability
@@ -182,8 +241,15 @@ def _install_platform(gpu: TargetGpu) -> str | None:
         def log_warnings(cls) -> None:
             return None
 
+    host = type(platforms._current_platform).__name__ if platforms._current_platform is not None else "unresolved"
     platforms._current_platform = TargetCudaPlatform()
-    return note
+    # vLLM inspects a model class in a subprocess only to keep CUDA uninitialized in this one; that
+    # subprocess would import the model under a CUDA platform again (kernel libraries, driver).
+    # The class is already imported here, on the host's platform, so inspect it in-process.
+    from vllm.model_executor.models import registry
+
+    registry._run_in_subprocess = lambda fn: fn()
+    return f"model modules imported on the host platform ({host})" + (f"; {note}" if note else "")
 
 
 @contextlib.contextmanager
