@@ -9,6 +9,7 @@ them, and evidence/images/ holds the logs of the builds they make.
 
 from __future__ import annotations
 
+import re
 import subprocess
 
 import pytest
@@ -36,7 +37,7 @@ def test_h200_image_carries_the_patched_engine_kernels_and_labels(h200_image):
     assert labels[f"{QFN_LABEL_PREFIX}.base.source"] == "wheel-lock"
     assert labels[f"{QFN_LABEL_PREFIX}.base.lock"] == cfg.target.base_lock
     assert labels[f"{QFN_LABEL_PREFIX}.engine"] == "vllm==0.33.0"
-    assert labels[f"{QFN_LABEL_PREFIX}.patch-series.sha256"].startswith("sha256:")
+    assert re.fullmatch(r"[0-9a-f]{64}", labels[f"{QFN_LABEL_PREFIX}.patch-series.sha256"])
     assert labels["org.opencontainers.image.base.digest"].startswith("sha256:")
     assert built.kernel_report is not None and built.kernel_report.is_file()
     assert "== self-check passed" in (built.selfcheck_output or "")
@@ -54,6 +55,7 @@ def test_selfcheck_is_a_command_on_the_built_image(h200_image):
     proc = _run(built.tag, "qfn-selfcheck")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "ok   scale views (BLNHC)" in proc.stdout and "ok   create_engine_config" in proc.stdout
+    assert "speculative mtp k=4" in proc.stdout
 
 
 def test_a_target_with_a_misspelled_flag_is_refused_by_the_build(h200_image, target_data, tmp_path, docker_client):
