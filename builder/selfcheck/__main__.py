@@ -25,6 +25,11 @@ def _say(line: str) -> None:
     print(line, flush=True)
 
 
+def _one_line(message: str) -> str:
+    """The engine's message on one FAIL line (pydantic puts the field's name on a line of its own)."""
+    return " | ".join(part.strip() for part in message.splitlines() if part.strip())
+
+
 def run_engine_checks() -> bool:
     _say("== engine checks (the patched QSA backend, CPU) ==")
     try:
@@ -38,7 +43,7 @@ def run_engine_checks() -> bool:
             _say(f"ok   {name}: {check(backend)}")
         except Exception as exc:  # an assertion or an engine error: both fail the check
             ok = False
-            _say(f"FAIL {name}: {type(exc).__name__}: {exc}")
+            _say(f"FAIL {name}: {type(exc).__name__}: {_one_line(str(exc))}")
     return ok
 
 
@@ -47,7 +52,7 @@ def run_lint(*, launch: Path, gpu: TargetGpu) -> bool:
     try:
         result = lint_launch(launch_script=launch, gpu=gpu)
     except LintFailed as exc:
-        _say(f"FAIL {exc.stage}: {exc.message}")
+        _say(f"FAIL {exc.stage}: {_one_line(exc.message)}")
         return False
     except Exception:
         _say("FAIL launch lint crashed:\n" + traceback.format_exc())
