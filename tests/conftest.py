@@ -35,17 +35,17 @@ def target_data():
 
 @pytest.fixture
 def pinned(target_data):
-    """A shipped target with its base pinned to well-formed digests, so code runs past the pin check
-    (the lock keeps its path; its digest is FAKE_DIGEST unless ``lock_digest`` is given)."""
+    """A shipped target with its base pinned, so code runs past the pin check: base_image to a
+    well-formed fake digest; base_lock keeps the shipped pin unless ``lock_digest`` replaces it."""
 
     def load(name: str, *, lock_digest: str | None = None):
         data = target_data(name)
         ref = data["target"]["base_image"].split("@", 1)[0]
         repo = ref.rsplit(":", 1)[0] if "/" not in ref.rsplit(":", 1)[-1] else ref
         data["target"]["base_image"] = f"{repo}@{FAKE_DIGEST}"
-        if "base_lock" in data["target"]:
+        if "base_lock" in data["target"] and lock_digest is not None:
             path = data["target"]["base_lock"].split("@", 1)[0]
-            data["target"]["base_lock"] = f"{path}@{lock_digest or FAKE_DIGEST}"
+            data["target"]["base_lock"] = f"{path}@{lock_digest}"
         return parse_config(data, source=f"{name} (pinned for tests)")
 
     return load
