@@ -57,7 +57,7 @@ def ensure_lint_venv(
     try:
         subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
         subprocess.run(
-            [str(python), "-m", "pip", "install", "--quiet", "--progress-bar", "off", "--isolated", *cached,
+            [str(python), "-m", "pip", "install", "--quiet", "--progress-bar", "off", *cached,
              "--require-hashes", "--no-deps", "--only-binary=:all:", "--no-compile", "-r", str(lock_path)],
             check=True,
         )  # fmt: skip
