@@ -12,6 +12,11 @@
 #   APPLY_PATCHES  1 = apply bundle/patches/series to the engine, dry run first
 #   KERNEL_ARCH    GPU arch (sm_90, sm_80, sm_121) to AOT-compile the QSA Triton kernels for;
 #                  empty = no GPU kernels (cpu-smoke)
+#
+# BASE_IMAGE is either a pulled image (vllm/vllm-openai@sha256:...) or the id (sha256:...) of a base
+# `builder` built from the target's engine lock (docker/locks/); both carry the engine, and python3
+# on PATH is the interpreter that owns it. context/selfcheck/ (GPU targets) mirrors / and holds the
+# self-check package and the target's facts; `qfn-selfcheck` runs it in the served image.
 ARG BASE_IMAGE
 
 # ---- stage 1: install and patch the engine. The CA bundle exists only in this stage. ----
@@ -36,7 +41,9 @@ RUN if [ "${APPLY_PATCHES}" = 1 ]; then apply-patches "${ENGINE_PYTHON}"; \
     else echo "apply-patches: skipped (APPLY_PATCHES=${APPLY_PATCHES})"; fi
 RUN if [ -n "${KERNEL_ARCH}" ]; then compile-kernels "${ENGINE_PYTHON}" "${KERNEL_ARCH}" /qfn-overlay/opt/qfn/kernels; \
     else echo "compile-kernels: skipped (no KERNEL_ARCH: no GPU kernels for this target)"; fi
-RUN mkdir -p /qfn-overlay/opt/qfn && "${ENGINE_PYTHON}" -c 'import json, sys; \
+# After the patches and kernels, so a change of the self-check alone rebuilds only what follows.
+COPY context/selfcheck/ /tmp/qfn-selfcheck/
+RUN mkdir -p /qfn-overlay/opt/qfn && cp -a /tmp/qfn-selfcheck/. /qfn-overlay/ && "${ENGINE_PYTHON}" -c 'import json, sys; \
 r = json.load(open(sys.argv[1])); r.update(apply_patches=sys.argv[2] == "1", kernel_arch=sys.argv[3] or None); \
 json.dump(r, open(sys.argv[4], "w"), indent=2)' \
     "${ENGINE_DIR}/qfn-engine.json" "${APPLY_PATCHES}" "${KERNEL_ARCH}" /qfn-overlay/opt/qfn/build-info.json
@@ -55,7 +62,7 @@ COPY --from=engine ${ENGINE_DIR} ${ENGINE_DIR}
 COPY --from=engine /qfn-overlay/ /
 RUN install-runtime-toolchain check "${ENGINE_PYTHON}"
 COPY context/launch/ /opt/qfn/launch/
-COPY docker/entrypoint docker/healthcheck docker/supervise /usr/local/bin/
+COPY docker/entrypoint docker/healthcheck docker/supervise docker/qfn-selfcheck /usr/local/bin/
 # The engine venv first on PATH so the launch script's `python3 -m ...` finds the engine.
 ENV PATH=/opt/venv/bin:$PATH \
     HF_HUB_OFFLINE=1 \

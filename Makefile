@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: bundle test checksums clean image serve stop base-image patches-check
+.PHONY: bundle test test-gpu-image checksums clean image serve stop base-image patches-check base-lock lint
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -15,9 +15,15 @@ $(STAMP): pyproject.toml
 
 venv: $(STAMP)
 
+# gpu_image tests build a GPU image end to end (about an hour here): outside the 90-minute CI run,
+# see evidence/images/ for their logs; `make test-gpu-image` runs them.
 test: $(STAMP)
 	bash scripts/host-setup.sh
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -m "not gpu_image"
+
+test-gpu-image: $(STAMP)
+	bash scripts/host-setup.sh --emulation
+	$(BIN)/python -m pytest -q -m gpu_image
 
 clean:
 	rm -rf $(VENV) dist
@@ -62,10 +68,24 @@ base-image:
 	bash scripts/host-setup.sh
 	bash scripts/build-base-image.sh --if-missing
 
+# GPU targets: the base comes from target.base_source (the pinned upstream image, or the engine lock
+# in docker/locks/ built into a local base here); arm64 (gb10) on an x86_64 host runs under QEMU.
+ARM64_TARGETS ?= gb10
 image: $(STAMP)
 	$(if $(filter cpu-smoke,$(TARGET)),$(MAKE) base-image && mkdir -p $(dir $(PINNED_CPU_SMOKE)) \
 	  && cp targets/cpu-smoke.toml $(PINNED_CPU_SMOKE) && $(BIN)/python -m builder pin --target $(PINNED_CPU_SMOKE))
-	$(BIN)/python -m builder image --target $(TARGET_ARG) $(if $(CA_BUNDLE),--ca-bundle $(CA_BUNDLE))
+	$(if $(filter $(ARM64_TARGETS),$(TARGET)),bash scripts/host-setup.sh --emulation)
+	$(BIN)/python -m builder image --target $(TARGET_ARG) $(if $(CA_BUNDLE),--ca-bundle $(CA_BUNDLE)) $(IMAGE_ARGS)
+
+# Re-resolve the engine lock of one platform (then `builder pin --target T` for the targets using it).
+PLATFORM ?= linux/amd64
+base-lock: $(STAMP)
+	bash scripts/host-setup.sh $(if $(filter linux/arm64,$(PLATFORM)),--emulation)
+	$(BIN)/python -m builder base lock --platform $(PLATFORM) $(if $(CA_BUNDLE),--ca-bundle $(CA_BUNDLE))
+
+# The launch lint without an image (vllm==0.33.0 without CUDA in a cached venv).
+lint: $(STAMP)
+	$(BIN)/python -m builder lint --target $(TARGET)
 
 # PORT (host port) and NAME (container name) are optional; SERVE_ARGS passes anything else,
 # e.g. SERVE_ARGS="--log-level debug -- --max-num-seqs 8".

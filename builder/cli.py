@@ -135,12 +135,57 @@ def image(
     ca_bundle: Path | None = typer.Option(
         None, "--ca-bundle", help="PEM bundle pip inside the build trusts (TLS-intercepting proxy); not kept in the image."
     ),
+    evidence: bool = typer.Option(
+        False, "--evidence", help="Write build.json, labels.json, selfcheck.txt and the log tail to evidence/images/<target>/."
+    ),
 ) -> None:
-    """Build the serving image qfn-int8kv:<target>-<version> with the docker SDK."""
+    """Build the serving image qfn-int8kv:<target>-<version> with the docker SDK (GPU targets: base from
+    the pinned image or engine lock, patches, AOT kernels, then the in-image self-check before tagging)."""
+    from builder.constants import EVIDENCE_DIR
     from builder.image import build_image
+    from builder.image.evidence import write_image_evidence
 
-    built = build_image(cfg=config.load_target(target), ca_bundle=ca_bundle)
+    cfg = config.load_target(target)
+    built = build_image(cfg=cfg, ca_bundle=ca_bundle, console=err_console)
+    if evidence:
+        for path in write_image_evidence(
+            built=built, target=cfg.target.name, base_pin=config.require_pinned_base(cfg),
+            base_source=cfg.target.base_source, out_dir=EVIDENCE_DIR / "images" / cfg.target.name,
+        ):  # fmt: skip
+            err_console.print(f"evidence: {path}", highlight=False, soft_wrap=True)
     typer.echo(built.tag)
+
+
+@app.command()
+def lint(
+    target: str = typer.Option(..., "--target", "-t", help="A GPU target (vllm-0.33.0 engine)."),
+) -> None:
+    """Launch lint without an image: the target's rendered launch command through vLLM 0.33.0's own
+    parser and config builders, in a cached venv of the locked engine without CUDA."""
+    from builder.image.lintenv import ensure_lint_venv, lint_target
+
+    cfg = config.load_target(target)
+    python = ensure_lint_venv(log=lambda m: err_console.print(m, highlight=False, soft_wrap=True))
+    typer.echo(lint_target(cfg=cfg, python=python), nl=False)
+
+
+@app.command()
+def selfcheck(
+    image: str | None = typer.Option(None, "--image", help="A built GPU image (default: the target's tag)."),
+    target: str | None = typer.Option(None, "--target", "-t", help="Target whose image to check."),
+) -> None:
+    """Run the in-image self-check (patched engine checks + launch lint) on a built GPU image, on CPU."""
+    from builder.errors import ConfigError
+    from builder.constants import DOCKER_SLOW_API_TIMEOUT_S
+    from builder.image.build import BuildLog, run_selfcheck
+    from builder.image.daemon import docker_client
+    from builder.image.recipe import image_tag
+
+    if image is None:
+        if target is None:
+            raise ConfigError("selfcheck needs --image or --target", hint="e.g. builder selfcheck --target h200")
+        image = image_tag(config.load_target(target))
+    run_selfcheck(client=docker_client(timeout=DOCKER_SLOW_API_TIMEOUT_S), image=image, log=BuildLog(err_console))
 
 
 @app.command()
@@ -217,11 +262,58 @@ def wait(
 
 
 @app.command()
-def pin(target: str = typer.Option(..., "--target", "-t", help="Target name or .toml path to pin.")) -> None:
-    """Resolve the target's base_image to its registry digest and write it into the target file."""
+def pin(
+    target: str = typer.Option(..., "--target", "-t", help="Target name or .toml path to pin."),
+    source: str | None = typer.Option(
+        None, "--source", help="Switch target.base_source first: image (a pulled base image) or wheel-lock (docker/locks/)."
+    ),
+) -> None:
+    """Pin the target's base: base_image to its registry digest, or base_lock to its file digest."""
     from builder.image import pin_target
 
-    typer.echo(pin_target(target=target))
+    if source not in (None, "image", "wheel-lock"):
+        raise typer.BadParameter("--source is image or wheel-lock")
+    typer.echo(pin_target(target=target, source=source))
+
+
+# --- base: GPU engine bases from hash-locked PyPI wheels ---
+base_app = typer.Typer(help="Engine bases from hash-locked PyPI wheels (base_source = wheel-lock).", no_args_is_help=True)
+app.add_typer(base_app, name="base")
+
+
+@base_app.command("lock")
+def base_lock(
+    platform: str = typer.Option(..., "--platform", help="linux/amd64 or linux/arm64 (arm64 runs under QEMU on x86_64)."),
+    ca_bundle: Path | None = typer.Option(None, "--ca-bundle", help="PEM bundle pip trusts (mounted read-only, never kept)."),
+) -> None:
+    """Resolve vllm==0.33.0 and every dependency with the platform's own pip; write docker/locks/<engine>-linux-<arch>.txt."""
+    from builder.constants import ENGINE_UPSTREAM_VERSION
+    from builder.image.base import resolve_lock
+
+    if platform not in ("linux/amd64", "linux/arm64"):
+        raise typer.BadParameter("--platform is linux/amd64 or linux/arm64")
+    out = resolve_lock(arch=platform.split("/", 1)[1], ca_bundle=ca_bundle, console=err_console, engine=f"vllm=={ENGINE_UPSTREAM_VERSION}")
+    typer.echo(out)
+
+
+@base_app.command("build")
+def base_build(
+    target: str = typer.Option(..., "--target", "-t", help="A target with base_source = wheel-lock."),
+    ca_bundle: Path | None = typer.Option(None, "--ca-bundle", help="PEM bundle pip trusts (mounted read-only, never kept)."),
+) -> None:
+    """Build (or reuse) the target's engine base from its pinned lock; `builder image` does this itself."""
+    from builder.constants import REPO_ROOT
+    from builder.errors import ConfigError
+    from builder.image.base import ensure_lock_base, load_pinned_lock
+
+    cfg = config.load_target(target)
+    t = cfg.target
+    if t.base_source != "wheel-lock":
+        raise ConfigError(f"target {t.name} uses base_source = {t.base_source}", hint="only wheel-lock bases are built here")
+    pinned = config.require_pinned_base(cfg)
+    lock = load_pinned_lock(path=REPO_ROOT / t.base_lock_path, digest=pinned.split("@", 1)[1])
+    built = ensure_lock_base(lock=lock, ca_bundle=ca_bundle, console=err_console)
+    typer.echo(f"{built.tag} {built.id}")
 
 # --- patches: engine wheel, patch series, kernel AOT fit check ---------------------------
 patches_app = typer.Typer(help="Fetch the pinned engine and check / apply / refresh the patch series.", no_args_is_help=True)
@@ -261,11 +353,18 @@ def patches_check(
 
 
 @patches_app.command("apply")
-def patches_apply(to: Path = typer.Option(..., "--to", help="site-packages or unpacked engine holding vllm/")) -> None:
+def patches_apply(
+    to: Path = typer.Option(..., "--to", help="site-packages or unpacked engine holding vllm/"),
+    manifest: Path | None = typer.Option(
+        None, "--manifest", help="write the patched files and their byte-code, relative to DIR, one per line"
+    ),
+) -> None:
     """Check the series, apply it to DIR, byte-compile every patched file."""
     from builder.patches.apply import apply_series
 
     report = apply_series(target=to, patches_dir=PATCHES_DIR, show=_print_series)
+    if manifest is not None:
+        manifest.write_text("".join(f"{p}\n" for p in report.written_files(to)))
     out_console.print(f"applied {len(report.applied)} file sections, byte-compiled {len(report.compiled)} files")
 
 

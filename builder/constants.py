@@ -139,6 +139,28 @@ ARCH_MAX_SHARED_BYTES = {
     "sm_120": 101_376,
     "sm_121": 101_376,
 }
+#: Per-platform locks of the engine and every dependency (docker/locks/<engine>-linux-<arch>.txt),
+#: resolved from ENGINE_LOCK_INPUT; a GPU target with base_source = "wheel-lock" pins one by digest.
+LOCKS_DIR = REPO_ROOT / "docker" / "locks"
+ENGINE_LOCK_INPUT = LOCKS_DIR / f"vllm-{ENGINE_UPSTREAM_VERSION}.in"
+#: Debian OS base the lock bases are built on (scripts/build-base-image.sh --gpu), per arch.
+OS_BASE_REF = "127.0.0.1:5000/qfn-os:bookworm-gpu-{arch}"
+#: Lock-built engine bases: qfn-int8kv-base:<engine>-<arch>-<first 12 hex of the lock digest>.
+LOCK_BASE_REPO = "qfn-int8kv-base"
+#: Where the engine lives in a lock-built base (first on PATH, so `python3` is the engine's).
+LOCK_BASE_VENV = "/opt/venv"
+#: Wheels of the locks, one flat folder per arch, reused by every base build.
+WHEEL_CACHE_DIR = CACHE_DIR / "wheels"
+#: binfmt_misc entries that let a x86_64 host run arm64 binaries (qemu-user-static, F flag).
+BINFMT_DIR = Path("/proc/sys/fs/binfmt_misc")
+QEMU_BINFMT = {"arm64": "qemu-aarch64", "amd64": "qemu-x86_64"}
+#: Docker API read timeouts (seconds): the SDK's default, and the one for steps that move a multi-GB
+#: engine layer (commit, container removal, a RUN step silent for minutes under QEMU emulation).
+DOCKER_API_TIMEOUT_S = 60
+DOCKER_SLOW_API_TIMEOUT_S = 3600
+#: Where GPU images carry the self-check package and the target facts it lints against.
+SELFCHECK_LIB = "/opt/qfn/lib"
+SELFCHECK_TARGET_FILE = "/opt/qfn/selfcheck/target.json"
 #: The engine folder the QSA series patches (relative to site-packages or the unpacked wheel).
 ENGINE_QSA_DIR = Path("vllm/models/qwen4_exp/nvidia")
 

@@ -142,7 +142,21 @@ class ModelError(BuilderError):
     """A model could not be downloaded or converted to a servable dir."""
 
     exit_code = 32
+
+
 class KernelFitError(BuilderError):
     """A production QSA tile config does not compile, or exceeds the arch's shared memory."""
 
     exit_code = 22
+
+
+class LockError(BuilderError):
+    """An engine lock is missing, malformed, or does not match what its target pinned."""
+
+    exit_code = 33
+
+
+class SelfCheckError(BuilderError):
+    """The in-image self-check failed: the patched engine or the launch lint refused something."""
+
+    exit_code = 34

@@ -34,15 +34,30 @@ def target_data():
     return load
 
 
+def on_fork_preview(data: dict) -> dict:
+    """A target's raw data moved to the fork preview engine: fp8 KV, no int8 series, and the upstream
+    image as its base (the fork preview has no wheel lock)."""
+    data["engine"]["profile"] = "vllm-fork-preview"
+    data["kv_cache"] = {k: v for k, v in data["kv_cache"].items() if k != "scale_layout"} | {"dtype": "fp8_e4m3"}
+    data["patches"] = {"apply": False, "reason": "the fork preview has no int8 series"}
+    data["target"]["base_source"] = "image"
+    data["target"].pop("base_lock", None)
+    return data
+
+
 @pytest.fixture
 def pinned(target_data):
-    """A shipped target with its base pinned to a well-formed digest, so code runs past the pin check."""
+    """A shipped target with its base pinned, so code runs past the pin check: base_image to a
+    well-formed fake digest; base_lock keeps the shipped pin unless ``lock_digest`` replaces it."""
 
-    def load(name: str):
+    def load(name: str, *, lock_digest: str | None = None):
         data = target_data(name)
         ref = data["target"]["base_image"].split("@", 1)[0]
         repo = ref.rsplit(":", 1)[0] if "/" not in ref.rsplit(":", 1)[-1] else ref
         data["target"]["base_image"] = f"{repo}@{FAKE_DIGEST}"
+        if "base_lock" in data["target"] and lock_digest is not None:
+            path = data["target"]["base_lock"].split("@", 1)[0]
+            data["target"]["base_lock"] = f"{path}@{lock_digest}"
         return parse_config(data, source=f"{name} (pinned for tests)")
 
     return load

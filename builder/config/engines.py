@@ -48,6 +48,10 @@ class EngineProfile(StrictModel):
         description="Tokens per KV block the engine starts from before hybrid page alignment; None when "
         "the capacity planner does not model this engine's allocator.",
     )
+    wheel_lock: bool = Field(
+        default=False,
+        description="Whether docker/locks/ has per-platform wheel locks of this engine (base_source = wheel-lock).",
+    )
     api_server_module: str = Field(
         default="vllm.entrypoints.openai.api_server",
         description="Module started with `python -m`; avoids the `vllm` console script, which "
@@ -68,6 +72,7 @@ ENGINE_PROFILES: dict[str, EngineProfile] = {
             # CacheConfig.DEFAULT_BLOCK_SIZE; the QSA backend takes MultipleOf(16).
             kv_block_size=16,
             ple_mmap_patch="ple-mmap",
+            wheel_lock=True,
         ),
         EngineProfile(
             id="vllm-fork-preview",

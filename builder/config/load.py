@@ -9,6 +9,7 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
+from builder.config._base import rule_error
 from builder.config.models import ReleaseConfig
 from builder.constants import TARGETS_DIR
 from builder.errors import ConfigError, ImagePinError
@@ -73,21 +74,43 @@ def format_validation_error(exc: ValidationError) -> str:
 
 
 def require_pinned_base(cfg: ReleaseConfig) -> str:
-    """The base image reference, refusing one without a digest (builds and serves must be reproducible)."""
-    if cfg.target.base_image_digest is None:
-        name = cfg.target.name
-        if _machine_local(cfg.target.base_image):
+    """The pinned base of the target's base_source, ``ref@sha256:<digest>``; anything unpinned is refused.
+
+    For base_source = image: the image reference with its registry digest. For wheel-lock: the lock's
+    path with the digest of its bytes (the lock file itself is checked against it when a build reads it).
+    Builds and serves must be reproducible, so a tag or a bare path never passes.
+    """
+    t = cfg.target
+    if t.base_source == "wheel-lock":
+        if t.base_lock_digest is None:
+            raise ImagePinError(
+                str(rule_error(
+                    "target.base_lock",
+                    f"'{t.base_lock}' of target '{t.name}' has no @sha256: digest, so any edit of the lock would be built",
+                    f"run `builder pin --target {t.name}` to write the lock file's digest (or edit base_lock to "
+                    "path@sha256:<sha256sum of the file>)",
+                ))
+            )
+        return str(t.base_lock)
+    if t.base_image_digest is None:
+        hint = None
+        if _machine_local(t.base_image):
             # Its digest exists only on this machine: pin a copy, never the tracked target file.
-            hint = (f"this base is built on this machine, so its digest is machine-local: `make image TARGET={name}` "
-                    f"builds it and pins a copy, .cache/targets/{name}.toml (targets/{name}.toml stays as it is); "
-                    f"then `make serve TARGET={name}`, or pass --target .cache/targets/{name}.toml")
+            fix = (f"this base is built on this machine, so its digest is machine-local: `make image TARGET={t.name}` "
+                   f"builds it and pins a copy, .cache/targets/{t.name}.toml (targets/{t.name}.toml stays as it is); "
+                   f"then `make serve TARGET={t.name}`, or pass --target .cache/targets/{t.name}.toml")
         else:
-            hint = (f"pull the image, then run `builder pin --target {name}` to write its digest "
-                    "into the target file (or edit base_image to name@sha256:<digest>)")
+            fix = (f"pull the image, then run `builder pin --target {t.name}` to write its digest into the target file "
+                   "(or edit base_image to name@sha256:<digest>)")
+            if cfg.engine.resolved.wheel_lock:
+                hint = (f"no registry reachable? set base_source = \"wheel-lock\" and base_lock = \"docker/locks/"
+                        f"{cfg.engine.resolved.package}-{cfg.engine.resolved.version}-linux-{t.arch}.txt\", "
+                        f"then `builder pin --target {t.name}`")
         raise ImagePinError(
-            f"target.base_image '{cfg.target.base_image}' of target '{name}' has no @sha256: digest", hint=hint
+            str(rule_error("target.base_image", f"'{t.base_image}' of target '{t.name}' has no @sha256: digest", fix)),
+            hint=hint,
         )
-    return cfg.target.base_image
+    return t.base_image
 
 
 def _machine_local(ref: str) -> bool:

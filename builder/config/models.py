@@ -55,9 +55,22 @@ class Target(StrictModel):
     gpu_memory_gib: float = Field(ge=0, description="Memory per GPU in GiB (the shared pool on unified-memory hosts).")
     unified_memory: bool = Field(default=False, description="CPU and GPU share one memory pool (GB10).")
     host_ram_gib: float = Field(gt=0, description="Host RAM in GiB; decides whether the PLE table can be pinned.")
+    base_source: Literal["image", "wheel-lock"] = Field(
+        default="image",
+        description="Where the engine base comes from: `image` = base_image, a pulled image pinned by digest "
+        "(the upstream vllm/vllm-openai); `wheel-lock` = base_lock, the engine and every dependency as PyPI "
+        "wheels locked by sha256, installed into a locally built Debian base (no registry but PyPI needed).",
+    )
     base_image: str = Field(
         description="Base image reference, pinned as name@sha256:<digest> for builds and serves. "
-        "`builder pin --target X` resolves a tag to its digest."
+        "`builder pin --target X` resolves a tag to its digest. Used when base_source = image."
+    )
+    base_lock: str | None = Field(
+        default=None,
+        pattern=r"^[\w./-]+\.txt(@sha256:[0-9a-f]{64})?$",
+        description="The engine lock (a path in the repo, docker/locks/<engine>-linux-<arch>.txt) pinned as "
+        "path@sha256:<digest of the file>; used when base_source = wheel-lock. `builder pin --target X` writes "
+        "the digest.",
     )
     base_image_arch: Literal["arm64", "amd64"] | None = Field(
         default=None, description="Architecture of the base image when known; checked against platform."
@@ -70,6 +83,15 @@ class Target(StrictModel):
     @property
     def base_image_digest(self) -> str | None:
         m = _DIGEST_RE.search(self.base_image)
+        return m.group(0)[1:] if m else None
+
+    @property
+    def base_lock_path(self) -> str | None:
+        return None if self.base_lock is None else self.base_lock.split("@", 1)[0]
+
+    @property
+    def base_lock_digest(self) -> str | None:
+        m = _DIGEST_RE.search(self.base_lock or "")
         return m.group(0)[1:] if m else None
 
 
@@ -374,6 +396,34 @@ class ReleaseConfig(StrictModel):
                     f"gates.{name}", f"{tokens} is longer than server.max_model_len = {srv.max_model_len}",
                     f"lower gates.{name}",
                 )
+
+        if t.base_source == "wheel-lock":
+            if t.base_lock is None:
+                raise rule_error(
+                    "target.base_lock",
+                    "base_source is wheel-lock but no lock is named",
+                    f'set base_lock = "docker/locks/{engine.package}-{engine.version}-linux-{t.arch}.txt", then '
+                    f"`builder pin --target {t.name}` to pin its digest",
+                )
+            if not engine.wheel_lock:
+                raise rule_error(
+                    "target.base_source",
+                    f"engine.profile '{engine.id}' has no wheel lock",
+                    'set base_source = "image" with a pinned base_image',
+                )
+            want = f"-linux-{t.arch}.txt"
+            if not t.base_lock_path.endswith(want) or f"{engine.package}-{engine.version}-" not in t.base_lock_path:
+                raise rule_error(
+                    "target.base_lock",
+                    f"{t.base_lock_path} is not the {engine.package} {engine.version} lock for {t.platform}",
+                    f"name docker/locks/{engine.package}-{engine.version}{want}",
+                )
+        elif t.base_lock is not None:
+            raise rule_error(
+                "target.base_lock",
+                "is set but base_source is image, so the lock would be ignored",
+                'set base_source = "wheel-lock", or remove base_lock',
+            )
 
         known_arch = t.base_image_arch or _arch_from_reference(t.base_image)
         if known_arch is not None and known_arch != t.arch:

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 from pathlib import Path
 
+from builder import selfcheck
 from builder.config import ReleaseConfig, launch_plan
-from builder.constants import ENV_WHEEL_DIR, REPO_ROOT
+from builder.config.launch import MODEL_DIR_ENV
+from builder.constants import ENV_WHEEL_DIR, REPO_ROOT, SELFCHECK_LIB, SELFCHECK_TARGET_FILE
 from builder.errors import DockerError
 from builder.image.recipe import BuildRecipe
 from builder.render import render_launch
@@ -24,7 +27,7 @@ def assemble_context(
     shutil.copy2(repo_root / "Dockerfile", out / "Dockerfile")
     shutil.copytree(repo_root / "docker", out / "docker")
     ctx = out / "context"
-    for sub in ("ca", "wheels", "builder", "launch"):
+    for sub in ("ca", "wheels", "builder", "launch", "selfcheck"):
         (ctx / sub).mkdir(parents=True)
 
     if ca_bundle is not None:
@@ -57,12 +60,36 @@ def assemble_context(
                 dst.parent.mkdir(parents=True, exist_ok=True)
                 shutil.copy2(src, dst)
 
+        _selfcheck(cfg=cfg, out=ctx / "selfcheck")
+
     # The image runs the same rendered launch script (and ENV.md) the bundle ships.
     for rel, text in render_launch(cfg=cfg, plan=launch_plan(cfg)).items():
         dst = ctx / rel  # "launch/..." lands in context/launch/
         dst.write_text(text)
         dst.chmod(0o755 if dst.suffix == ".sh" else 0o644)
     return out
+
+
+def _selfcheck(*, cfg: ReleaseConfig, out: Path) -> None:
+    """The self-check package (stdlib + engine only, from this builder) and the target's GPU facts,
+    laid out as in the image."""
+    package = Path(selfcheck.__file__).parent
+    lib = out / SELFCHECK_LIB.lstrip("/") / "builder"
+    lib.mkdir(parents=True)
+    shutil.copy2(package.parent / "__init__.py", lib / "__init__.py")
+    shutil.copytree(package, lib / "selfcheck", ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    facts = out / SELFCHECK_TARGET_FILE.lstrip("/")
+    facts.parent.mkdir(parents=True)
+    facts.write_text(json.dumps(selfcheck_facts(cfg), indent=2) + "\n")
+
+
+def selfcheck_facts(cfg: ReleaseConfig) -> dict:
+    """What the self-check needs of the target: its GPU, and the folders the launch script requires
+    besides MODEL_DIR (e.g. the PLE table-file folder), which the lint gives it as empty temp dirs."""
+    t = cfg.target
+    dirs = [r.env for r in launch_plan(cfg).required if r.is_dir and r.env != MODEL_DIR_ENV]
+    return {"name": t.name, "gpu_arch": t.gpu_arch, "gpu_count": t.gpu_count, "gpu_memory_gib": t.gpu_memory_gib,
+            "launch_dirs": dirs}
 
 
 def _link_or_copy(src: Path, dst: Path) -> None:

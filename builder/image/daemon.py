@@ -5,12 +5,15 @@ from __future__ import annotations
 import docker
 from docker.errors import DockerException
 
+from builder.constants import DOCKER_API_TIMEOUT_S
 from builder.errors import DockerError
 
 
-def docker_client() -> docker.DockerClient:
+def docker_client(*, timeout: float = DOCKER_API_TIMEOUT_S) -> docker.DockerClient:
+    """A pinged client. ``timeout`` bounds each API read: builds, commits and removals of a multi-GB
+    engine layer on a busy host take minutes, so those callers pass DOCKER_SLOW_API_TIMEOUT_S."""
     try:
-        client = docker.from_env()
+        client = docker.from_env(timeout=timeout)
         client.ping()
     except DockerException as exc:
         raise DockerError(

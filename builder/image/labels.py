@@ -17,7 +17,12 @@ from builder.image.recipe import BuildRecipe
 def image_labels(
     *, cfg: ReleaseConfig, recipe: BuildRecipe, created: datetime | None = None, repo_root: Path = REPO_ROOT
 ) -> dict[str, str]:
-    base_name, _, base_digest = recipe.base_image.partition("@")
+    if recipe.base_image is None:
+        raise ValueError("labels need the built base (BuildRecipe.with_base)")
+    if recipe.base_source == "image":
+        base_name, _, base_digest = recipe.base_image.partition("@")
+    else:  # the lock base is local: its name is the tag, its digest the content-addressed image id
+        base_name, base_digest = recipe.base_name or "", recipe.base_image
     engine = cfg.engine.resolved
     oci = {
         "created": (created or datetime.now(timezone.utc)).isoformat(timespec="seconds"),
@@ -33,7 +38,10 @@ def image_labels(
         "engine": f"{engine.package}=={engine.version}",
         "kv-cache-dtype": cfg.kv_cache.dtype,
         "patch-series.sha256": tree_digest(repo_root / "bundle" / "patches") if cfg.patches.apply else "none (patches.apply = false)",
+        "base.source": recipe.base_source,
     }
+    if recipe.base_source == "wheel-lock":
+        ours["base.lock"] = recipe.base_pin  # path@sha256 of the lock the base was installed from
     return {f"{OCI_LABEL_PREFIX}.{k}": v for k, v in oci.items()} | {f"{QFN_LABEL_PREFIX}.{k}": v for k, v in ours.items()}
 
 

@@ -10,14 +10,17 @@ import tomlkit
 from docker.errors import ImageNotFound
 
 from builder.config import parse_config, target_path
-from builder.constants import TARGETS_DIR
+from builder.constants import REPO_ROOT, TARGETS_DIR
 from builder.errors import ConfigError, ImagePinError
 from builder.image.daemon import docker_client
+from builder.image.lock import read_lock
 
 
-def pin_target(*, target: str, targets_dir: Path = TARGETS_DIR) -> str:
-    """Pin ``target.base_image`` to ``name@sha256:...`` via the local daemon; return the new reference.
+def pin_target(*, target: str, targets_dir: Path = TARGETS_DIR, source: str | None = None, repo_root: Path = REPO_ROOT) -> str:
+    """Pin the target's base (``source`` switches base_source first) and return the pinned reference.
 
+    image: ``target.base_image`` resolved to ``name@sha256:...`` via the local daemon.
+    wheel-lock: ``target.base_lock`` pinned to ``path@sha256:<digest of the lock file>``.
     Comments and layout of the target file are kept (tomlkit); the result is validated before it
     replaces the file.
     """
@@ -25,7 +28,43 @@ def pin_target(*, target: str, targets_dir: Path = TARGETS_DIR) -> str:
     if not path.is_file():
         raise ConfigError(f"target '{target}' not found ({path})", hint="pass a target name from targets/ or a .toml path")
     doc = tomlkit.parse(path.read_text())
-    ref = str(doc["target"]["base_image"])
+    table = doc["target"]
+    if source is not None:
+        table["base_source"] = source
+    if str(table.get("base_source", "image")) == "wheel-lock":
+        pinned = _pin_lock(table, path, repo_root)
+    else:
+        if "base_lock" in table:
+            del table["base_lock"]
+        pinned = _pin_image(table, path)
+    text = tomlkit.dumps(doc)
+    parse_config(tomlkit.parse(text).unwrap(), source=str(path))  # never write a file that no longer loads
+    if text != path.read_text():
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+        with os.fdopen(fd, "w") as fh:
+            fh.write(text)
+        os.replace(tmp, path)
+    return pinned
+
+
+def _pin_lock(table, path: Path, repo_root: Path) -> str:
+    ref = str(table.get("base_lock") or "")
+    if not ref:
+        raise ImagePinError(
+            f"{path.name}: base_source is wheel-lock but target.base_lock is not set",
+            hint='set base_lock = "docker/locks/<engine>-linux-<arch>.txt" (see docker/locks/), then rerun pin',
+        )
+    rel = ref.split("@", 1)[0]
+    lock = repo_root / rel
+    if not lock.is_file():
+        raise ImagePinError(f"{rel} (target.base_lock of {path.name}) does not exist", hint="generate it: `builder base lock --platform P`")
+    pinned = f"{rel}@{read_lock(lock).digest}"  # read_lock refuses a malformed lock
+    table["base_lock"] = pinned
+    return pinned
+
+
+def _pin_image(table, path: Path) -> str:
+    ref = str(table["base_image"])
     name = ref.split("@", 1)[0]
     repo = _repository(name)
     client = docker_client()
@@ -52,15 +91,8 @@ def pin_target(*, target: str, targets_dir: Path = TARGETS_DIR) -> str:
             hint="push it to a registry (`bash scripts/local-registry.sh` starts one on 127.0.0.1:5000), "
             "re-tag base_image to that registry, then rerun pin",
         )
-    pinned = digests[0]
-    doc["target"]["base_image"] = pinned
-    text = tomlkit.dumps(doc)
-    parse_config(tomlkit.parse(text).unwrap(), source=str(path))  # never write a file that no longer loads
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    with os.fdopen(fd, "w") as fh:
-        fh.write(text)
-    os.replace(tmp, path)
-    return pinned
+    table["base_image"] = digests[0]
+    return digests[0]
 
 
 def _repository(name: str) -> str:

@@ -6,6 +6,7 @@ Pure data, no docker: tests check it for every shipped target without a daemon.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
@@ -31,8 +32,9 @@ class EngineInstall(BaseModel):
     """Glob patterns of wheels no index carries, taken from the wheel dir."""
 
 
-# Keyed by engine profile id. The GPU profiles run on vllm/vllm-openai bases whose system
-# python already has vllm; only the CPU profile installs one.
+# Keyed by engine profile id. The GPU profiles run on bases that already carry the engine (the
+# upstream vllm/vllm-openai image, or the base built from the engine lock, whose /opt/venv is first
+# on PATH); only the CPU profile installs one.
 ENGINE_INSTALLS: dict[str, EngineInstall] = {
     "vllm-0.33.0": EngineInstall(python="python3", copy_dir="/opt/qfn-engine"),
     "vllm-fork-preview": EngineInstall(python="python3", copy_dir="/opt/qfn-engine"),
@@ -54,14 +56,26 @@ class BuildRecipe(BaseModel):
     target: str
     tag: str
     platform: str
-    base_image: str
+    base_source: Literal["image", "wheel-lock"]
+    base_pin: str
+    """The pinned base: image ref@sha256:<registry digest>, or lock path@sha256:<file digest>."""
+    base_image: str | None
+    """What FROM names: the pinned image, or the id of the base built from the lock (None until built)."""
+    base_name: str | None = None
+    """A readable name of base_image for labels (the lock base's tag)."""
     engine: EngineInstall
     apply_patches: bool
     kernel_arch: str | None
     wheel_dir: Path
 
+    def with_base(self, *, image_id: str, name: str) -> BuildRecipe:
+        """The recipe once the lock base is built: FROM its content-addressed id."""
+        return self.model_copy(update={"base_image": image_id, "base_name": name})
+
     @property
     def buildargs(self) -> dict[str, str]:
+        if self.base_image is None:
+            raise ValueError(f"{self.target}: the base from {self.base_pin} is not built yet (with_base)")
         return {
             "BASE_IMAGE": self.base_image,
             "ENGINE_SPEC": self.engine.spec,
@@ -78,13 +92,17 @@ def image_tag(cfg: ReleaseConfig, *, version: str = __version__) -> str:
 
 
 def build_recipe(cfg: ReleaseConfig, *, wheel_dir: Path = WHEEL_DIR) -> BuildRecipe:
-    """Resolve the recipe; refuses a base image without a digest (ImagePinError)."""
+    """Resolve the recipe; refuses an unpinned base, image or lock (ImagePinError)."""
     base = require_pinned_base(cfg)
+    from_image = cfg.target.base_source == "image"
     return BuildRecipe(
         target=cfg.target.name,
         tag=image_tag(cfg),
         platform=cfg.target.platform,
-        base_image=base,
+        base_source=cfg.target.base_source,
+        base_pin=base,
+        base_image=base if from_image else None,
+        base_name=base.split("@", 1)[0] if from_image else None,
         engine=ENGINE_INSTALLS[cfg.engine.profile],
         apply_patches=cfg.patches.apply,
         # Kernels are compiled only where the patched QSA kernels exist and a GPU arch is named.

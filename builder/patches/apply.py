@@ -8,6 +8,7 @@ first and refuses to touch the target if anything fails.
 
 from __future__ import annotations
 
+import importlib.util
 import py_compile
 import re
 import shutil
@@ -163,6 +164,17 @@ class ApplyReport(BaseModel):
     check: SeriesReport
     applied: list[str]  # "patch:path" sections written to the target
     compiled: list[Path]
+
+    def written_files(self, target: Path) -> list[str]:
+        """Every file the series owns in ``target`` (sources and their byte-code), relative to it:
+        what an image layer needs to carry the patched engine."""
+        out: list[str] = []
+        for path in self.compiled:
+            for f in (path, Path(importlib.util.cache_from_source(str(path)))):
+                rel = str(f.relative_to(target))
+                if rel not in out:
+                    out.append(rel)
+        return out
 
 
 def apply_series(

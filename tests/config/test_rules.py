@@ -47,6 +47,18 @@ RULES = [
     ("gb10", {"server.prot": 1}, ["server.prot", "unknown key"]),
     ("gb10", {"typo_section.x": 1}, ["typo_section", "unknown key"]),
     ("gb10", {"kv_cache.dtype": "int4"}, ["kv_cache.dtype"]),
+    # the engine base: one source per target, and a lock only for the engine and platform it was resolved for
+    ("h200", {"target.base_source": "wheel-lock", "target.base_lock": _DELETE},
+     ["target.base_lock", "no lock is named", "docker/locks/vllm-0.33.0-linux-amd64.txt", "builder pin --target h200"]),
+    ("gb10", {"target.base_source": "wheel-lock", "target.base_lock": "docker/locks/vllm-0.33.0-linux-amd64.txt"},
+     ["target.base_lock", "not the vllm 0.33.0 lock for linux/arm64", "docker/locks/vllm-0.33.0-linux-arm64.txt"]),
+    ("h200", {"target.base_source": "image", "target.base_lock": "docker/locks/vllm-0.33.0-linux-amd64.txt"},
+     ["target.base_lock", "would be ignored", 'base_source = "wheel-lock"']),
+    ("h200", {"target.base_source": "pypi"}, ["target.base_source"]),
+    ("h200", {"target.base_lock": "docker/locks/vllm-0.33.0-linux-amd64.txt@sha256:short"}, ["target.base_lock"]),
+    ("gb10", {"engine.profile": "vllm-fork-preview", "kv_cache.dtype": "fp8_e4m3", "kv_cache.scale_layout": _DELETE,
+              "patches.apply": False, "patches.reason": "x"},
+     ["target.base_source", "has no wheel lock", 'base_source = "image"']),
 ]
 
 
@@ -82,14 +94,30 @@ def test_unknown_target_lists_available():
     assert "gb10" in str(exc.value) and "not found" in str(exc.value)
 
 
-def test_build_refuses_base_without_digest(target_data):
-    cfg = load_target("gb10")
-    with pytest.raises(ImagePinError) as exc:
-        require_pinned_base(cfg)
-    assert "builder pin --target gb10" in str(exc.value)
+def test_build_refuses_base_image_without_digest(target_data):
     data = target_data("gb10")
+    _set(data, "target.base_source", "image")
+    _set(data, "target.base_lock", _DELETE)
+    _set(data, "target.base_image", "vllm/vllm-openai:v0.33.0")
+    with pytest.raises(ImagePinError) as exc:
+        require_pinned_base(parse_config(data, source="x"))
+    text = str(exc.value)
+    assert "target.base_image" in text and "no @sha256: digest" in text and "builder pin --target gb10" in text
+    assert 'base_source = "wheel-lock"' in text  # the way out when no registry is reachable
     _set(data, "target.base_image", "vllm/vllm-openai:v0.33.0@sha256:" + "a" * 64)
     assert require_pinned_base(parse_config(data, source="x")).endswith("a" * 64)
+
+
+def test_build_refuses_lock_without_digest(target_data):
+    data = target_data("h200")
+    _set(data, "target.base_source", "wheel-lock")
+    _set(data, "target.base_lock", "docker/locks/vllm-0.33.0-linux-amd64.txt")
+    with pytest.raises(ImagePinError) as exc:
+        require_pinned_base(parse_config(data, source="x"))
+    text = str(exc.value)
+    assert "target.base_lock" in text and "no @sha256: digest" in text and "builder pin --target h200" in text
+    _set(data, "target.base_lock", "docker/locks/vllm-0.33.0-linux-amd64.txt@sha256:" + "b" * 64)
+    assert require_pinned_base(parse_config(data, source="x")) == "docker/locks/vllm-0.33.0-linux-amd64.txt@sha256:" + "b" * 64
 
 
 def test_ple_spelling_follows_engine(target_data):
@@ -101,6 +129,8 @@ def test_ple_spelling_follows_engine(target_data):
 
     data = target_data("gb10")
     _set(data, "engine.profile", "vllm-fork-preview")
+    _set(data, "target.base_source", "image")  # the fork preview has no wheel lock
+    _set(data, "target.base_lock", _DELETE)
     _set(data, "kv_cache.dtype", "fp8_e4m3")
     _set(data, "kv_cache.scale_layout", _DELETE)
     _set(data, "patches.apply", False)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from builder.config import available_targets, load_target
@@ -19,25 +21,30 @@ GPU_TARGETS = ["gb10", "cmp170hx-x2", "h200"]
 @pytest.mark.parametrize("name", available_targets())
 def test_every_shipped_target_refuses_an_unpinned_base(name):
     cfg = load_target(name)
-    if cfg.target.base_image_digest is not None:
+    if cfg.target.base_image_digest is not None or cfg.target.base_lock_digest is not None:
         pytest.skip("pinned in this checkout")
     with pytest.raises(ImagePinError) as err:
         build_recipe(cfg)
     assert "has no @sha256: digest" in err.value.message
     if cfg.target.base_image.startswith("127.0.0.1:"):
         # Built on this machine: the fix pins a copy, never the tracked target file.
-        assert f".cache/targets/{name}.toml" in err.value.hint
-        assert f"builder pin --target {name}" not in err.value.hint
+        assert f".cache/targets/{name}.toml" in str(err.value)
+        assert f"builder pin --target {name}" not in str(err.value)
     else:
-        assert f"builder pin --target {name}" in err.value.hint
+        assert f"builder pin --target {name}" in str(err.value)
 
 
 @pytest.mark.parametrize("name", GPU_TARGETS)
 def test_gpu_targets_patch_and_compile_kernels_on_the_base_engine(pinned, name):
     cfg = pinned(name)
-    args = build_recipe(cfg).buildargs
-    assert args["BASE_IMAGE"].endswith("@" + FAKE_DIGEST)
-    assert args["ENGINE_SPEC"] == ""  # vllm/vllm-openai carries the engine
+    recipe = build_recipe(cfg)
+    assert recipe.base_source == "wheel-lock" and recipe.base_pin == cfg.target.base_lock
+    with pytest.raises(ValueError, match="not built yet"):
+        recipe.buildargs  # noqa: B018  (FROM needs the built lock base)
+    lock_base = "sha256:" + "c" * 64
+    args = recipe.with_base(image_id=lock_base, name="qfn-int8kv-base:vllm-0.33.0-x").buildargs
+    assert args["BASE_IMAGE"] == lock_base  # content-addressed: the id pins the base
+    assert args["ENGINE_SPEC"] == ""  # the lock base (like vllm/vllm-openai) carries the engine
     assert args["ENGINE_DIR"] == "/opt/qfn-engine"
     assert args["APPLY_PATCHES"] == "1"
     assert args["KERNEL_ARCH"] == cfg.target.gpu_arch
@@ -64,6 +71,27 @@ def test_labels_carry_the_oci_set_and_ours(pinned):
     assert labels[f"{QFN_LABEL_PREFIX}.kv-cache-dtype"] == "auto"
     assert labels[f"{QFN_LABEL_PREFIX}.target"] == "cpu-smoke"
     assert labels[f"{QFN_LABEL_PREFIX}.patch-series.sha256"].startswith("none")
+
+
+def test_gpu_target_from_the_upstream_image_pins_it_by_digest(pinned, target_data):
+    data = target_data("h200")
+    data["target"]["base_source"] = "image"
+    del data["target"]["base_lock"]
+    data["target"]["base_image"] = "vllm/vllm-openai@" + FAKE_DIGEST
+    from builder.config import parse_config
+
+    args = build_recipe(parse_config(data, source="h200 from the upstream image")).buildargs
+    assert args["BASE_IMAGE"] == "vllm/vllm-openai@" + FAKE_DIGEST
+
+
+def test_labels_of_a_lock_base_name_the_lock_and_the_base_id(pinned):
+    cfg = pinned("h200")
+    recipe = build_recipe(cfg).with_base(image_id="sha256:" + "c" * 64, name="qfn-int8kv-base:vllm-0.33.0-amd64-0123")
+    labels = image_labels(cfg=cfg, recipe=recipe)
+    assert labels[f"{QFN_LABEL_PREFIX}.base.source"] == "wheel-lock"
+    assert labels[f"{QFN_LABEL_PREFIX}.base.lock"] == cfg.target.base_lock
+    assert labels[f"{OCI_LABEL_PREFIX}.base.digest"] == "sha256:" + "c" * 64
+    assert labels[f"{OCI_LABEL_PREFIX}.base.name"] == "qfn-int8kv-base:vllm-0.33.0-amd64-0123"
 
 
 def test_patch_series_digest_changes_with_any_byte(tmp_path):
@@ -110,3 +138,8 @@ def test_context_for_gpu_target_needs_the_series_and_ships_the_builder(pinned, t
     assert (ctx / "context/builder/bundle/patches/series").is_file()
     assert (ctx / "context/builder/builder/__init__.py").is_file()
     assert not (ctx / "context/ca/ca.crt").exists()
+    # the self-check package and the facts it lints against, laid out as in the image
+    assert (ctx / "context/selfcheck/opt/qfn/lib/builder/selfcheck/lint.py").is_file()
+    facts = json.loads((ctx / "context/selfcheck/opt/qfn/selfcheck/target.json").read_text())
+    assert facts == {"name": "h200", "gpu_arch": "sm_90", "gpu_count": 1, "gpu_memory_gib": 139,
+                     "launch_dirs": ["VLLM_PLE_MMAP_TABLE_DIR"]}

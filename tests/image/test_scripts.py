@@ -10,8 +10,9 @@ import pytest
 
 from builder.constants import REPO_ROOT
 
-SCRIPTS = sorted((REPO_ROOT / "docker").iterdir()) + [
+SCRIPTS = sorted(p for p in (REPO_ROOT / "docker").iterdir() if p.is_file()) + [
     REPO_ROOT / "scripts/build-base-image.sh",
+    REPO_ROOT / "scripts/host-setup.sh",
     REPO_ROOT / "scripts/local-registry.sh",
 ]
 #: docker/supervise is Python (PID 1 needs signal handling a shell does badly); it has its own tests.

@@ -49,10 +49,10 @@ def test_typed_kv_pool_thresholds_win_and_the_plan_is_still_reported(target_data
 
 
 def test_no_thresholds_and_no_plan_is_a_config_error_naming_the_fields(target_data):
-    data = target_data("gb10")
-    data["engine"]["profile"] = "vllm-fork-preview"
-    data["kv_cache"] = {"dtype": "fp8_e4m3"}
-    data["patches"] = {"apply": False, "reason": "fork"}
+    from tests.conftest import on_fork_preview
+
+    data = on_fork_preview(target_data("gb10"))
+    data["kv_cache"] = {"dtype": "fp8_e4m3"}  # no pool_gate_* thresholds either
     with pytest.raises(ConfigError, match="kv_cache.pool_gate_floor_tokens") as err:
         gate_settings(parse_config(data, source="test"))
     assert "does not model this engine" in str(err.value)

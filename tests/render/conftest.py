@@ -13,18 +13,14 @@ from builder.config import launch_plan, load_target, parse_config
 from builder.config.ple import PLE_TABLE_DIR_ENV
 from builder.constants import LAUNCH_ENV_DOC_NAME, LAUNCH_SCRIPT_NAME
 from builder.render import render_launch
+from tests.conftest import on_fork_preview
 
 SHIPPED = ["gb10", "cmp170hx-x2", "h200"]
 
 
 def fork_preview(target_data) -> object:
     """gb10 on the fork preview engine, which reads PLE settings from VLLM_PLE_* env vars."""
-    data = target_data("gb10")
-    data["engine"]["profile"] = "vllm-fork-preview"
-    data["kv_cache"]["dtype"] = "fp8_e4m3"
-    del data["kv_cache"]["scale_layout"]
-    data["patches"] = {"apply": False, "reason": "the fork preview has no int8 series"}
-    return parse_config(data, source="gb10-fork-preview")
+    return parse_config(on_fork_preview(target_data("gb10")), source="gb10-fork-preview")
 
 
 @pytest.fixture(params=[*SHIPPED, "gb10-fork-preview"])

@@ -201,12 +201,9 @@ def test_kernel_speed_and_accuracy_are_the_files_numbers_labelled_h200_kernel_le
 def test_capacity_the_planner_cannot_compute_says_why_and_shows_no_pool(tmp_path, target_data):
     from builder.config import parse_config
 
-    data = target_data("gb10")
-    data["engine"]["profile"] = "vllm-fork-preview"
-    data["kv_cache"]["dtype"] = "fp8_e4m3"
-    del data["kv_cache"]["scale_layout"]
-    data["patches"] = {"apply": False, "reason": "the fork preview has no int8 series"}
-    _, text = _card(tmp_path, cfg=parse_config(data, source="fork"))
+    from tests.conftest import on_fork_preview
+
+    _, text = _card(tmp_path, cfg=parse_config(on_fork_preview(target_data("gb10")), source="fork"))
     section = _section(text, "What it buys you")
     assert "Capacity: not computed (engine.profile vllm-fork-preview: the planner does not model" in section
     assert "| `" not in section

@@ -1,0 +1,105 @@
+"""The launch lint on the host, without building an image: the locked engine in a venv, patched.
+
+A GPU image runs the lint on its own engine (`qfn-selfcheck`). Building one takes most of an hour
+here, so CI lints the rendered launch command of every GPU target in a venv holding exactly the
+amd64 engine lock (vllm==0.33.0, its torch and every dependency, --require-hashes), with the patch
+series applied as the image applies it. The CUDA libraries come along because they are what the
+locked torch imports: a venv "without CUDA" (CPU torch) cannot import the model registry, which
+needs the locked torchvision, which links the CUDA torch. No GPU is needed to import any of it.
+The venv lives in the cache and is rebuilt when the lock or the series changes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from builder import selfcheck
+from builder.checksums import tree_digest
+from builder.config import ReleaseConfig, launch_plan
+from builder.constants import CACHE_DIR, ENGINE_UPSTREAM_VERSION, LOCKS_DIR, PATCHES_DIR, WHEEL_CACHE_DIR
+from builder.errors import LockError, SelfCheckError
+from builder.image.context import selfcheck_facts
+from builder.image.lock import read_lock
+from builder.render import render_launch
+
+LINT_VENV_DIR = CACHE_DIR / "lint-venv"
+
+
+def ensure_lint_venv(
+    *,
+    lock_path: Path | None = None,
+    venv: Path = LINT_VENV_DIR,
+    wheel_cache: Path = WHEEL_CACHE_DIR / "amd64",
+    patches_dir: Path = PATCHES_DIR,
+    log=print,
+) -> Path:
+    """The venv's python: the lock installed, the series applied; rebuilt when either changed (stamp)."""
+    lock_path = lock_path or LOCKS_DIR / f"vllm-{ENGINE_UPSTREAM_VERSION}-linux-amd64.txt"
+    lock = read_lock(lock_path)
+    python = venv / "bin" / "python"
+    stamp = venv / ".qfn-lint-venv"
+    key = f"{lock.digest} series {tree_digest(patches_dir)} python {sys.version_info[0]}.{sys.version_info[1]}"
+    if python.is_file() and stamp.is_file() and stamp.read_text().strip() == key:
+        return python
+    # A venv's scripts name its path, so it is built in place; the stamp, written last, marks it
+    # complete: an interrupted build has none and is rebuilt, never used half-installed.
+    if venv.exists():
+        shutil.rmtree(venv)
+    log(f"lint venv: {lock.engine} from {lock_path.name} ({lock.digest[:19]}), patched, into {venv}")
+    # The base build's wheel cache, when there, saves the download (the hashes still decide).
+    cached = ["--find-links", str(wheel_cache)] if wheel_cache.is_dir() else []
+    try:
+        subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+        subprocess.run(
+            [str(python), "-m", "pip", "install", "--quiet", "--progress-bar", "off", *cached,
+             "--require-hashes", "--no-deps", "--only-binary=:all:", "--no-compile", "-r", str(lock_path)],
+            check=True,
+        )  # fmt: skip
+    except subprocess.CalledProcessError as exc:
+        raise LockError(f"the lint venv could not be installed ({exc})", hint="check access to PyPI; the pip output is above") from exc
+    from builder.patches.apply import apply_series
+
+    site = Path(subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                               capture_output=True, text=True, check=True).stdout.strip())  # fmt: skip
+    report = apply_series(target=site, patches_dir=patches_dir)
+    log(f"lint venv: patch series applied to {site} ({len(report.applied)} file sections)")
+    stamp.write_text(key + "\n")
+    return python
+
+
+def lint_target(*, cfg: ReleaseConfig, python: Path) -> str:
+    """Render the target's launch script and run the self-check's lint half on it with ``python``."""
+    with tempfile.TemporaryDirectory(prefix="qfn-lint-") as tmp:
+        root = Path(tmp)
+        for rel, text in render_launch(cfg=cfg, plan=launch_plan(cfg)).items():
+            (root / rel).parent.mkdir(parents=True, exist_ok=True)
+            (root / rel).write_text(text)
+        lib = root / "lib" / "builder"
+        package = Path(selfcheck.__file__).parent
+        lib.mkdir(parents=True)
+        shutil.copy2(package.parent / "__init__.py", lib / "__init__.py")
+        shutil.copytree(package, lib / "selfcheck", ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+        t = cfg.target
+        facts = root / "target.json"
+        facts.write_text(json.dumps(selfcheck_facts(cfg)))
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("VLLM_", "PYTHONPATH"))} | {"PYTHONPATH": str(root / "lib")}
+        proc = subprocess.run(
+            [str(python), "-m", "builder.selfcheck", "--only", "lint", "--launch", str(root / "launch" / "run_qsa_int8kv.sh"),
+             "--target-file", str(facts)],
+            env=env, capture_output=True, text=True, check=False, cwd=root,
+        )  # fmt: skip
+    output = proc.stdout
+    if proc.returncode != 0:
+        failed = [ln for ln in output.splitlines() if ln.startswith("FAIL")]
+        raise SelfCheckError(
+            f"launch lint of target {cfg.target.name} failed: " + ("; ".join(failed) or (output + proc.stderr)[-2000:]),
+            hint="the engine's own message is above; fix the target's flags",
+        )
+    return output

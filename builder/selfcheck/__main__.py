@@ -1,0 +1,94 @@
+"""`python -m builder.selfcheck`: the patched engine's checks and the launch lint, on CPU.
+
+In a GPU image: `docker run --rm IMAGE qfn-selfcheck`. Exit 0 when everything passed, 1 when a
+check or the lint failed (the engine's own message is printed), 2 on bad usage.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+import traceback
+from pathlib import Path
+
+from builder.selfcheck.engine import NotPatched, engine_checks, patched_backend
+from builder.selfcheck.lint import LintFailed, TargetGpu, lint_launch
+
+DEFAULT_TARGET_FILE = Path("/opt/qfn/selfcheck/target.json")
+DEFAULT_LAUNCH = Path("/opt/qfn/launch/run_qsa_int8kv.sh")
+
+
+def _say(line: str) -> None:
+    print(line, flush=True)
+
+
+def _one_line(message: str) -> str:
+    """The engine's message on one FAIL line (pydantic puts the field's name on a line of its own)."""
+    return " | ".join(part.strip() for part in message.splitlines() if part.strip())
+
+
+def run_engine_checks() -> bool:
+    _say("== engine checks (the patched QSA backend, CPU) ==")
+    try:
+        backend = patched_backend()
+    except NotPatched as exc:
+        _say(f"FAIL patched backend: {exc}")
+        return False
+    ok = True
+    for name, check in engine_checks():
+        try:
+            _say(f"ok   {name}: {check(backend)}")
+        except Exception as exc:  # an assertion or an engine error: both fail the check
+            ok = False
+            _say(f"FAIL {name}: {type(exc).__name__}: {_one_line(str(exc))}")
+    return ok
+
+
+def run_lint(*, launch: Path, gpu: TargetGpu, launch_dirs: tuple[str, ...] = ()) -> bool:
+    _say(f"== launch lint ({launch}, as {gpu.name}: {gpu.count}x {gpu.arch}, {gpu.memory_gib:g} GiB) ==")
+    try:
+        result = lint_launch(launch_script=launch, gpu=gpu, launch_dirs=launch_dirs)
+    except LintFailed as exc:
+        _say(f"FAIL {exc.stage}: {_one_line(exc.message)}")
+        return False
+    except Exception:
+        _say("FAIL launch lint crashed:\n" + traceback.format_exc())
+        return False
+    _say("command: " + " ".join(result.argv))
+    for stage, detail in result.stages:
+        _say(f"ok   {stage}: {detail}")
+    return True
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="qfn-selfcheck", description=__doc__.splitlines()[0])
+    ap.add_argument("--target-file", type=Path, default=DEFAULT_TARGET_FILE, help="the image's target facts (JSON)")
+    ap.add_argument("--launch", type=Path, default=DEFAULT_LAUNCH, help="the rendered launch script")
+    ap.add_argument("--only", choices=["engine", "lint"], help="run one half")
+    args = ap.parse_args(argv)
+    if not args.target_file.is_file():
+        print(f"qfn-selfcheck: {args.target_file} is missing (not a GPU image of qfn-int8kv?)", file=sys.stderr)
+        return 2
+    facts = json.loads(args.target_file.read_text())
+    gpu = TargetGpu(name=facts["name"], arch=facts["gpu_arch"], count=facts["gpu_count"], memory_gib=facts["gpu_memory_gib"])
+    start = time.monotonic()
+    ok = True
+    if args.only is None:
+        # Each half in its own interpreter: the lint must set vLLM's platform before any engine module
+        # binds it, and the engine checks import half the engine.
+        for half in ("engine", "lint"):
+            cmd = [sys.executable, "-m", "builder.selfcheck", "--only", half, "--target-file", str(args.target_file), "--launch", str(args.launch)]
+            ok &= subprocess.run(cmd, check=False).returncode == 0
+    elif args.only == "engine":
+        ok &= run_engine_checks()
+    else:
+        ok &= run_lint(launch=args.launch, gpu=gpu, launch_dirs=tuple(facts.get("launch_dirs", ())))
+    _say(f"== self-check{'' if args.only is None else ' (' + args.only + ')'} {'passed' if ok else 'FAILED'} in {time.monotonic() - start:.0f} s ==")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
