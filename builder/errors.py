@@ -146,3 +146,9 @@ class KernelFitError(BuilderError):
     """A production QSA tile config does not compile, or exceeds the arch's shared memory."""
 
     exit_code = 22
+
+
+class EngineHarnessError(BuilderError):
+    """The device harness cannot assemble its carry (wheel, lock, tokenizer) or check what landed."""
+
+    exit_code = 23
