@@ -160,3 +160,9 @@ class SelfCheckError(BuilderError):
     """The in-image self-check failed: the patched engine or the launch lint refused something."""
 
     exit_code = 34
+
+
+class EngineHarnessError(BuilderError):
+    """The device harness cannot assemble its carry (wheel, lock, tokenizer) or check what landed."""
+
+    exit_code = 23

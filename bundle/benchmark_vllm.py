@@ -150,7 +150,12 @@ def _choice_text(choice: dict[str, Any]) -> str:
     if "text" in choice:
         return choice.get("text") or ""
     delta = choice.get("delta") or {}
-    return (delta.get("content") or "") + (delta.get("reasoning_content") or "")
+    return _reasoning(delta) + (delta.get("content") or "")
+
+
+def _reasoning(message: dict[str, Any]) -> str:
+    """Reasoning text of a message or delta: `reasoning` since vLLM 0.33, `reasoning_content` before."""
+    return message.get("reasoning") or message.get("reasoning_content") or ""
 
 
 def output_from_events(start: float, timed_payloads: Iterable[tuple[float, str]]) -> RequestOutput:
@@ -232,6 +237,18 @@ def response_text(answer: dict[str, Any]) -> str:
     choice = choices[0]
     if "message" in choice:
         return (choice["message"] or {}).get("content") or ""
+    return choice.get("text") or ""
+
+
+def response_full_text(answer: dict[str, Any]) -> str:
+    """Everything the model generated in the first choice: reasoning, then content. With a
+    reasoning parser, content alone can be empty (all tokens spent thinking), and two empty
+    answers would compare equal however different the generations were."""
+    choices = answer.get("choices") or [{}]
+    choice = choices[0]
+    if "message" in choice:
+        message = choice["message"] or {}
+        return _reasoning(message) + (message.get("content") or "")
     return choice.get("text") or ""
 
 

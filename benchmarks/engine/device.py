@@ -1,0 +1,472 @@
+#!/usr/bin/env python3
+"""Device driver of the engine harness: runs on the H200 with its own python3.
+
+  python3 device.py land    --carried DIR --state /tmp/e18
+  python3 device.py measure --carried DIR --state /tmp/e18 --out $OUT --budget-s 270
+
+`land` (every call) checks and lands the pieces the call carried, unpacks what they complete,
+installs the locked wheels into state/site and starts the model generator in its own session
+(it outlives the call while the machine stays warm). `measure` (the last call) lands the rest,
+renders targets/h200-small.toml's launch plan once per KV dtype, starts the three OpenAI servers
+together from it, waits with builder.serve.wait, then, in order and while the budget lasts:
+the gates that mean something with random weights (kv_pool, determinism, prefix_cache), the
+fidelity comparison against bf16 KV, and the benchmark grid (prompt length x concurrency, arms
+interleaved, MTP acceptance from /metrics). Everything lands under $OUT in a few files.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent.parent
+sys.path.insert(0, str(REPO))
+
+from benchmarks.engine import land as landing  # noqa: E402  (stdlib only)
+
+MANIFEST = "manifest.json"
+TARGET = "h200-small"
+#: (label, --kv-cache-dtype, port): int8 is the release's, fp8 the alternative, auto = bf16.
+ARMS = (("int8", "int8_per_token_head", 8101), ("fp8", "fp8", 8102), ("bf16", "auto", 8103))
+GATES = ("kv_pool", "determinism", "prefix_cache")
+FIDELITY_PROMPTS = 100
+#: Longer than the QSA budget (2048 selected tokens), so the sparse selection is active.
+FIDELITY_PROMPT_TOKENS = 3072
+FIDELITY_GREEDY_TOKENS = 32
+FIDELITY_SAMPLE_IDS = 128
+BENCH_LENGTHS = (8192, 32768, 131072)
+BENCH_CONCURRENCY = (1, 4, 16)
+BENCH_OUTPUT_TOKENS = 64
+LOG_TAIL_LINES = 300
+#: benchmarks.engine.model.MARKER (not imported: land runs before pydantic is installed).
+MODEL_MARKER = "qfn-small-model.json"
+
+
+def log(msg: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+
+# ---------------------------------------------------------------------------------------------
+# land
+
+
+def python_env(state: Path) -> dict[str, str]:
+    """The device python with the carried wheels and the engine tree in front of its own packages."""
+    paths = [str(state / "site"), str(state / "engine"), str(REPO)]
+    env = dict(os.environ)
+    env["PYTHONPATH"] = ":".join(paths + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
+    env["QFN_REPO_ROOT"] = str(REPO)
+    env["PYTHONUNBUFFERED"] = "1"
+    return env
+
+
+def install_wheels(state: Path) -> bool:
+    stamp = state / "site" / ".installed"
+    if stamp.is_file():
+        return True
+    wheels = sorted((state / "wheels").glob("*.whl"))
+    if not wheels:
+        return False
+    cmd = [sys.executable, "-m", "pip", "install", "-q", "--no-index", "--no-deps", "--no-compile",
+           "--no-cache-dir", "--upgrade", "--target", str(state / "site"), *map(str, wheels)]
+    subprocess.run(cmd, check=True)
+    stamp.write_text(f"{len(wheels)} wheels\n")
+    return True
+
+
+def model_ready(state: Path) -> bool:
+    return (state / "model" / MODEL_MARKER).is_file()
+
+
+def start_model(state: Path) -> None:
+    """Generate the model in its own session so it outlives this call (the machine stays warm)."""
+    if model_ready(state) or (state / "model.pid").is_file():
+        return
+    with (state / "model.log").open("w") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "benchmarks.engine.model", "--tokenizer", str(state / "tokenizer"),
+             "--out", str(state / "model"), "--seed", "0"],
+            # cwd outside the repo copy: the next call replaces that copy under a running process.
+            cwd=state, env=python_env(state), stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+        )
+    (state / "model.pid").write_text(f"{proc.pid}\n")
+
+
+def land(*, carried: Path, state: Path) -> dict:
+    manifest = landing.read_manifest(carried / MANIFEST)
+    state.mkdir(parents=True, exist_ok=True)
+    got = landing.land_pieces(manifest=manifest, carried=carried, state=state)
+    unpacked = landing.unpack_ready(manifest=manifest, state=state)
+    log(f"landed {got}, unpacked {unpacked}")
+    if install_wheels(state) and (state / "tokenizer" / "tokenizer.json").is_file():
+        start_model(state)
+    return landing.status(manifest=manifest, state=state)
+
+
+# ---------------------------------------------------------------------------------------------
+# measure
+
+
+class Clock:
+    def __init__(self, budget_s: float) -> None:
+        self.start, self.budget = time.monotonic(), budget_s
+
+    def left(self) -> float:
+        return self.budget - (time.monotonic() - self.start)
+
+    def elapsed(self) -> float:
+        return time.monotonic() - self.start
+
+
+def wait_model(state: Path, clock: Clock, limit_s: float) -> None:
+    deadline = time.monotonic() + limit_s
+    while not model_ready(state):
+        pid_file = state / "model.pid"
+        alive = pid_file.is_file() and Path(f"/proc/{pid_file.read_text().strip()}").exists()
+        if not alive and not (state / "model.retried").is_file():
+            (state / "model.retried").write_text(tail(state / "model.log", 20))
+            pid_file.unlink(missing_ok=True)
+            start_model(state)
+            continue
+        if not alive:
+            raise RuntimeError(f"model generation ended without its marker: {tail(state / 'model.log', 20)}")
+        if time.monotonic() > deadline:
+            raise RuntimeError("model generation still running at its time limit")
+        time.sleep(1)
+
+
+def tail(path: Path, n: int = LOG_TAIL_LINES) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-n:])
+    except OSError:
+        return ""
+
+
+def arm_config(base, *, kv_dtype: str, port: int):
+    """The target's config with one KV dtype and port, validated by the same rules as any target."""
+    from builder.config import parse_config
+
+    data = base.model_dump(mode="json")
+    data["kv_cache"]["dtype"] = kv_dtype
+    data["kv_cache"]["scale_layout"] = "side" if kv_dtype == "int8_per_token_head" else None
+    data["server"]["port"] = port
+    return parse_config(data, source=f"{TARGET} ({kv_dtype} KV, port {port})")
+
+
+def start_servers(*, state: Path, work: Path, extra_args: list[str], attempt: str) -> dict:
+    from builder.config import launch_plan, load_target
+
+    base = load_target(TARGET)
+    servers = {}
+    for label, dtype, port in ARMS:
+        cfg = arm_config(base, kv_dtype=dtype, port=port)
+        plan = launch_plan(cfg)
+        # The plan says `python3`; the interpreter running this driver is the device's torch one.
+        argv = [sys.executable, *plan.argv(model_path=str(state / "model"))[1:], *extra_args]
+        env = python_env(state)
+        env.update({e.name: e.value for e in plan.env})
+        logf = work / f"server-{label}-{attempt}.log"  # one per attempt: a retry keeps the first cause
+        proc = subprocess.Popen(argv, env=env, stdout=logf.open("w"), stderr=subprocess.STDOUT,
+                                start_new_session=True, cwd=state)
+        servers[label] = {"cfg": cfg, "plan": plan, "argv": argv, "proc": proc, "log": logf,
+                          "url": f"http://127.0.0.1:{port}", "env": [e.model_dump() for e in plan.env]}
+        log(f"started {label}: {' '.join(argv)}")
+    return servers
+
+
+def _serve_wait():
+    """builder/serve/wait.py by path: the builder.serve package also loads the docker image
+    tooling (docker SDK, tomlkit), which the device does not need to wait on a port."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("qfn_serve_wait", REPO / "builder" / "serve" / "wait.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def wait_servers(servers: dict, timeout_s: float) -> dict[str, str]:
+    """builder.serve.wait on each server at once; returns label -> 'ready' or the failure."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from rich.console import Console
+
+    from builder.errors import ServeError
+
+    wait_ready = _serve_wait().wait_ready
+
+    def one(label: str) -> str:
+        s = servers[label]
+
+        def alive() -> None:
+            if s["proc"].poll() is not None:
+                raise ServeError(f"{label} server exited with {s['proc'].returncode}", hint=tail(s["log"], 30))
+
+        try:
+            ready = wait_ready(url=s["url"], served_name=s["cfg"].model.served_name, timeout_s=timeout_s,
+                               alive=alive, console=Console(stderr=True, width=200))
+            s["ready_s"] = ready.seconds
+            return "ready"
+        except ServeError as exc:
+            return f"failed: {exc.message}"
+
+    with ThreadPoolExecutor(len(servers)) as pool:
+        return dict(zip(servers, pool.map(one, servers)))
+
+
+def stop_servers(servers: dict) -> None:
+    import signal
+
+    for s in servers.values():
+        if s["proc"].poll() is None:
+            try:
+                os.killpg(s["proc"].pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+    for s in servers.values():
+        try:
+            s["proc"].wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            os.killpg(s["proc"].pid, signal.SIGKILL)
+
+
+def keep_tails(servers: dict, work: Path) -> None:
+    """Each server log shrinks to its tail (the run tool takes back 16 MiB a file)."""
+    for s in servers.values():
+        log_path = s["log"]
+        if log_path.is_file():
+            log_path.with_suffix(".tail.log").write_text(tail(log_path))
+            log_path.unlink()
+
+
+def root_cause(log_path: Path) -> list[str]:
+    """The exception lines of a server log ('XxxError: ...'), the first thing to read when it died."""
+    import re
+
+    lines = []
+    for line in tail(log_path, 2000).splitlines():
+        text = re.sub(r"^\(.*?\) (ERROR|WARNING|INFO) [^\]]*\] ", "", line).strip()
+        if re.match(r"^[A-Za-z_.]*(Error|Exception)(:|$)", text) and text not in lines:
+            lines.append(text[:400])
+    return lines[-5:]
+
+
+def weight_load_failed(causes: list[str]) -> bool:
+    """The checkpoint, not the engine, is what failed: names or shapes vLLM's loader refused."""
+    markers = ("were not initialized from checkpoint", "has no parameter", "KeyError", "size mismatch",
+               "Unexpected", "shape")
+    return any(m in c for c in causes for m in markers)
+
+
+async def run_gates(servers: dict, ready: list[str], work: Path) -> dict:
+    from builder.config import config_digest
+    from builder.measure.gates import run_gates_async
+    from builder.measure.settings import gate_settings
+
+    out = {}
+    for label in ready:
+        s = servers[label]
+        try:
+            evs = await run_gates_async(
+                url=s["url"], target=TARGET, settings=gate_settings(s["cfg"]), config_digest=config_digest(s["cfg"]),
+                out_dir=work / f"gates-{label}", only=list(GATES), server_log=s["log"].read_text(errors="replace"),
+            )
+            out[label] = {ev.gate: {"verdict": ev.verdict, "summary": ev.summary, "observed": ev.observed} for ev in evs}
+        except Exception as exc:  # recorded, the next phase still runs
+            out[label] = {"error": f"{type(exc).__name__}: {exc}"[:500]}
+        log(f"gates {label}: " + json.dumps({k: v.get("summary", v) for k, v in out[label].items()})[:300])
+    return out
+
+
+def fidelity_prompts(model_dir: Path) -> list[list[int]]:
+    """FIDELITY_PROMPTS distinct prompts of exactly FIDELITY_PROMPT_TOKENS token ids."""
+    import random
+
+    from transformers import AutoTokenizer
+
+    from builder.measure.core import bench
+
+    tok = AutoTokenizer.from_pretrained(str(model_dir))
+    prompts = []
+    for i in range(FIDELITY_PROMPTS):
+        rng = random.Random(f"fidelity-{i}")
+        words = " ".join(rng.choice(bench._VOCAB) for _ in range(FIDELITY_PROMPT_TOKENS * 2))
+        ids = tok(f"[fidelity {i}] " + words, add_special_tokens=False).input_ids[:FIDELITY_PROMPT_TOKENS]
+        if len(ids) != FIDELITY_PROMPT_TOKENS:
+            raise RuntimeError(f"prompt {i} has only {len(ids)} tokens")
+        prompts.append(ids)
+    return prompts
+
+
+async def run_fidelity(servers: dict, ready: list[str], model_dir: Path) -> dict:
+    import asyncio
+
+    from transformers import AutoTokenizer
+
+    from benchmarks.engine import fidelity
+
+    if "bf16" not in ready:
+        return {"error": "the bf16 KV server is not ready: nothing to compare against"}
+    vocab = len(AutoTokenizer.from_pretrained(str(model_dir)))
+    prompts = fidelity_prompts(model_dir)
+    ids = [fidelity.sample_ids(vocab_size=vocab, m=FIDELITY_SAMPLE_IDS, seed=i) for i in range(len(prompts))]
+    model = servers["bf16"]["cfg"].model.served_name
+
+    async def query(label: str):
+        return await fidelity.query_server(servers[label]["url"], model, prompts, ids_per_prompt=ids,
+                                           greedy_tokens=FIDELITY_GREEDY_TOKENS)
+
+    labels = [label for label in ("bf16", "int8", "fp8") if label in ready]
+    results = dict(zip(labels, await asyncio.gather(*(query(label) for label in labels))))
+    # Control: bf16 against itself (a second pass, now from its prefix cache): the noise floor.
+    results["bf16-repeat"] = await query("bf16")
+    out = {"prompts": len(prompts), "prompt_tokens": FIDELITY_PROMPT_TOKENS, "greedy_tokens": FIDELITY_GREEDY_TOKENS,
+           "sample_ids": FIDELITY_SAMPLE_IDS, "vocab_size": vocab, "reference": "bf16", "compare": {}}
+    for label in ("int8", "fp8", "bf16-repeat"):
+        if label in results:
+            out["compare"][label] = fidelity.compare(results["bf16"], results[label], vocab_size=vocab)
+    log("fidelity: " + json.dumps({k: {m: v.get(m) for m in ("mean_kl", "greedy_agreement", "errors")}
+                                   for k, v in out["compare"].items()}))
+    return out
+
+
+async def run_bench(servers: dict, ready: list[str], work: Path, clock: Clock, reserve_s: float) -> dict:
+    """Cells of (prompt length, concurrency); within a cell the arms run one after another in a
+    rotating order, so no arm always goes first. Skips what the budget no longer covers."""
+    import httpx
+
+    from builder.measure.core import bench
+
+    cells, skipped = [], []
+    n = 0
+    async with httpx.AsyncClient(trust_env=False) as client:
+        for length in BENCH_LENGTHS:
+            for conc in BENCH_CONCURRENCY:
+                if clock.left() < reserve_s:
+                    skipped.append({"input_len": length, "concurrency": conc, "reason": "device budget"})
+                    continue
+                order = ready[n % len(ready):] + ready[:n % len(ready)]
+                n += 1
+                for label in order:
+                    s = servers[label]
+                    wl = bench.Workload(f"in{length}-c{conc}", "concurrency", length, BENCH_OUTPUT_TOKENS,
+                                        max(conc, 2), conc)
+                    try:
+                        before = await bench.scrape(client, s["url"])
+                        res = await bench.run_workload(client, s["url"], s["cfg"].model.served_name, wl)
+                        after = await bench.scrape(client, s["url"])
+                        res["mtp_acceptance"] = bench.acceptance_rate(before, after)
+                        res["kv_pool_tokens"] = bench.kv_pool_tokens(after)
+                    except Exception as exc:
+                        res = {"workload": wl.name, "error": f"{type(exc).__name__}: {exc}"[:300]}
+                    res.update(arm=label, kv_cache_dtype=dict((a, d) for a, d, _ in ARMS)[label], position=order.index(label))
+                    cells.append(res)
+                    (work / f"bench-{label}-{wl.name}.json").write_text(json.dumps(res, indent=2))
+                    log(f"bench {label} {wl.name}: ttft {res.get('mean_ttft_ms', 0):.0f} ms, decode "
+                        f"{res.get('mean_decode_tok_s', 0):.1f} tok/s, mtp {res.get('mtp_acceptance')}, "
+                        f"ok {res.get('completed')}/{wl.num_prompts} {res.get('error', '')}")
+    return {"cells": cells, "skipped": skipped}
+
+
+def pack(out: Path, work: Path, summary: dict) -> None:
+    """Everything into $OUT/results.tar.gz plus summary.json (the run tool takes back 8 files)."""
+    import tarfile
+
+    (work / "summary.json").write_text(json.dumps(summary, indent=2, default=str))
+    (out / "summary.json").write_text(json.dumps(summary, indent=2, default=str))
+    tmp = out / "results.tar.gz.part"
+    with tarfile.open(tmp, "w:gz") as tar:
+        tar.add(work, arcname="results")
+    tmp.rename(out / "results.tar.gz")
+
+
+def measure(*, carried: Path, state: Path, out: Path, budget_s: float) -> int:
+    import asyncio
+
+    clock = Clock(budget_s)
+    work = state / "results"
+    work.mkdir(parents=True, exist_ok=True)
+    summary: dict = {"target": TARGET, "budget_s": budget_s, "phases": {}}
+    status = land(carried=carried, state=state)
+    summary["land"] = status
+    sys.path[:0] = [str(state / "site"), str(state / "engine")]  # builder needs the carried pydantic
+    servers: dict = {}
+    try:
+        if status["pieces_landed"].__len__() != status["pieces_total"] or len(status["components_unpacked"]) != 4:
+            raise RuntimeError(f"carry incomplete: {status}")
+        wait_model(state, clock, limit_s=min(180, clock.left() - 60))
+        summary["model"] = json.loads((state / "model" / MODEL_MARKER).read_text())
+        summary["phases"]["model_ready_s"] = clock.elapsed()
+        extra: list[str] = []
+        for attempt in ("checkpoint", "dummy"):
+            servers = start_servers(state=state, work=work, extra_args=extra, attempt=attempt)
+            states = wait_servers(servers, timeout_s=max(30.0, clock.left() - 90))
+            summary.setdefault("attempts", {})[attempt] = {
+                k: {"state": v, "argv": servers[k]["argv"], "env": servers[k]["env"], "ready_s": servers[k].get("ready_s"),
+                    "root_cause": root_cause(servers[k]["log"])} for k, v in states.items()}
+            summary["weights"] = attempt
+            summary["phases"]["servers_ready_s"] = clock.elapsed()
+            log(f"servers ({attempt} weights): {states}")
+            ready = [k for k, v in states.items() if v == "ready"]
+            if ready or attempt == "dummy" or not all(weight_load_failed(root_cause(s["log"])) for s in servers.values()):
+                break
+            stop_servers(servers)
+            keep_tails(servers, work)
+            extra = ["--load-format", "dummy"]  # the checkpoint did not load: measure the engine anyway
+        pack(out, work, summary)
+        if not ready:
+            raise RuntimeError("no server became ready")
+        summary["gates"] = asyncio.run(run_gates(servers, ready, work))
+        summary["phases"]["gates_s"] = clock.elapsed()
+        pack(out, work, summary)
+        if clock.left() > 45:
+            try:
+                summary["fidelity"] = asyncio.run(run_fidelity(servers, ready, state / "model"))
+            except Exception as exc:
+                summary["fidelity"] = {"error": f"{type(exc).__name__}: {exc}"[:500]}
+            summary["phases"]["fidelity_s"] = clock.elapsed()
+            pack(out, work, summary)
+        summary["bench"] = asyncio.run(run_bench(servers, ready, work, clock, reserve_s=25))
+        summary["phases"]["bench_s"] = clock.elapsed()
+        return 0
+    except Exception as exc:
+        summary["error"] = f"{type(exc).__name__}: {exc}"[:2000]
+        log(f"ERROR {summary['error']}")
+        return 1
+    finally:
+        stop_servers(servers)
+        keep_tails(servers, work)
+        (work / "model.log").write_text(tail(state / "model.log", 50))
+        summary["phases"]["total_s"] = clock.elapsed()
+        pack(out, work, summary)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("command", choices=["land", "measure"])
+    p.add_argument("--carried", type=Path, required=True, help="the carried dir holding manifest.json and pieces")
+    p.add_argument("--state", type=Path, default=Path("/tmp/e18"), help="kept between warm calls")
+    p.add_argument("--out", type=Path, help="measure: where results go ($OUT)")
+    p.add_argument("--budget-s", type=float, default=270.0, help="measure: stop starting new work after this")
+    args = p.parse_args(argv)
+    if not (args.carried / MANIFEST).is_file():
+        p.error(f"--carried {args.carried} has no {MANIFEST}")
+    if args.command == "land":
+        print(json.dumps(land(carried=args.carried, state=args.state)))
+        return 0
+    if args.out is None:
+        p.error("measure needs --out")
+    if args.budget_s <= 0:
+        p.error("--budget-s must be positive")
+    args.out.mkdir(parents=True, exist_ok=True)
+    return measure(carried=args.carried, state=args.state, out=args.out, budget_s=args.budget_s)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

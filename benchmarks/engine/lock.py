@@ -1,0 +1,88 @@
+"""The runtime wheel lock: `name==version --hash=sha256:HEX` lines, fetched with pip --require-hashes."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict
+
+from builder.errors import EngineHarnessError
+from builder.hashing import sha256_file
+
+LOCK_FILE = Path(__file__).with_name("wheels.lock")
+#: The H200's interpreter and platform (Python 3.12, glibc manylinux, x86_64).
+PYTHON_VERSION = "3.12"
+PLATFORMS = tuple(
+    f"manylinux_2_{n}_x86_64" for n in (17, 24, 27, 28, 31, 34, 35)
+) + ("manylinux2014_x86_64", "manylinux1_x86_64")
+_LINE = re.compile(r"^(?P<name>[A-Za-z0-9_.\-]+)==(?P<version>\S+) --hash=sha256:(?P<sha>[0-9a-f]{64})$")
+
+
+class LockedWheel(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    name: str
+    version: str
+    sha256: str
+
+
+def _norm(name: str) -> str:
+    return re.sub(r"[-_.]+", "_", name).lower()
+
+
+def read_lock(path: Path = LOCK_FILE) -> list[LockedWheel]:
+    """Parse the lock; every non-comment line must be `name==version --hash=sha256:HEX`."""
+    locked, seen = [], set()
+    for n, raw in enumerate(path.read_text().splitlines(), 1):
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        m = _LINE.match(line)
+        if m is None:
+            raise EngineHarnessError(f"{path.name} line {n} is not 'name==version --hash=sha256:HEX': {line[:80]!r}",
+                                     hint="fix the line; every wheel is pinned by version and sha256")
+        key = _norm(m["name"])
+        if key in seen:
+            raise EngineHarnessError(f"{path.name} line {n}: {m['name']} is listed twice",
+                                     hint="keep one version of each package (two stop the device install)")
+        seen.add(key)
+        locked.append(LockedWheel(name=m["name"], version=m["version"], sha256=m["sha"]))
+    if not locked:
+        raise EngineHarnessError(f"{path} lists no wheels", hint="restore benchmarks/engine/wheels.lock")
+    return locked
+
+
+def check_wheels(locked: list[LockedWheel], wheels: list[Path]) -> None:
+    """Exactly one file per locked wheel, with the locked sha256."""
+    by_sha = {w.sha256: w for w in locked}
+    found: set[str] = set()
+    for path in wheels:
+        sha = sha256_file(path)
+        if sha not in by_sha:
+            raise EngineHarnessError(f"{path.name} has sha256 {sha}, which wheels.lock does not list",
+                                     hint="delete it and fetch again (`python -m benchmarks.engine wheels`)")
+        found.add(sha)
+    missing = [f"{w.name}=={w.version}" for w in locked if w.sha256 not in found]
+    if missing:
+        raise EngineHarnessError(f"missing locked wheels: {', '.join(missing)}",
+                                 hint="fetch them (`python -m benchmarks.engine wheels`)")
+
+
+def fetch_wheels(*, dest: Path, lock: Path = LOCK_FILE) -> list[Path]:
+    """pip download every locked wheel (cp312, manylinux x86_64) into dest, hashes required."""
+    locked = read_lock(lock)
+    dest.mkdir(parents=True, exist_ok=True)
+    cmd = [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--only-binary=:all:",
+           "--require-hashes", "--python-version", PYTHON_VERSION, "--implementation", "cp",
+           *(a for p in PLATFORMS for a in ("--platform", p)), "-d", str(dest), "-r", str(lock)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    if proc.returncode != 0:
+        raise EngineHarnessError(f"pip download of the locked wheels failed: {proc.stderr.strip()[-500:]}",
+                                 hint="check access to PyPI; a hash mismatch means the index serves other bytes")
+    names = {f"{_norm(w.name)}-{w.version}" for w in locked}
+    wheels = sorted(p for p in dest.glob("*.whl") if "-".join(_norm(x) if i == 0 else x for i, x in enumerate(p.name.split("-")[:2])) in names)
+    check_wheels(locked, wheels)
+    return wheels

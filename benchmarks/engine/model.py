@@ -1,0 +1,276 @@
+"""A small but realistically shaped Qwen4Exp checkpoint with seeded random weights.
+
+Attention is shaped like Qwen3.8-Flash-Next's (24 query heads, 2 KV heads, head_dim 256, QSA with
+the real indexer budget 2048 / compress ratio 4, i.e. top-k 512, one the compiled
+cooperative_topk supports), GDN layers between the QSA layers, a sparse MoE with a shared expert,
+hyper-connections, and one MTP layer. No PLE layers: the PLE mmap patch is not in the series yet.
+
+Transformers' own Qwen4Exp model is built from the config and initialised by its `_init_weights`
+(normal std = initializer_range = 0.02, zero-centred RMSNorm weights, so every norm scales by 1)
+under a fixed seed, then saved with `save_pretrained`: the checkpoint is in the real model's HF
+layout, which is what vLLM's loader reads. Transformers has no MTP module, so the MTP layer is
+written beside it under the `mtp.` names vLLM's Qwen4ExpMTP loads, shaped after a QSA layer.
+
+Runs where transformers knows qwen4_exp (>= 5.16; the H200 has 5.17). CLI:
+  python -m benchmarks.engine.model --tokenizer DIR --out DIR [--seed 0]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field
+
+#: Tokens the qwen3 reasoning parser of the h200 launch looks up; SmolLM2's tokenizer lacks them.
+REASONING_TOKENS = ("<think>", "</think>")
+#: Written last: its presence means the model dir is complete.
+MARKER = "qfn-small-model.json"
+#: Weights that transformers initialised with normal(0, initializer_range) have a std near it;
+#: the MTP copy redraws those and keeps everything else (norms, A_log, dt_bias) as initialised.
+_REDRAW_STD = (0.5, 2.0)
+
+
+class SmallQwen4Exp(BaseModel):
+    """The shape of the generated model; every field lands in config.json."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    hidden_size: int = 1024
+    num_hidden_layers: int = Field(8, description="Decoder layers; every qsa_every-th is QSA, the rest GDN.")
+    qsa_every: int = 2
+    num_attention_heads: int = 24
+    num_key_value_heads: int = 2
+    head_dim: int = 256
+    partial_rotary_factor: float = 0.25
+    rope_theta: float = 10_000_000.0
+    indexer_n_heads: int = 16
+    indexer_kv_heads: int = 1
+    indexer_head_dim: int = 128
+    indexer_budget: int = 2048
+    indexer_compress_ratio: int = 4
+    linear_num_key_heads: int = 8
+    linear_num_value_heads: int = 16
+    linear_key_head_dim: int = 128
+    linear_value_head_dim: int = 128
+    linear_conv_kernel_dim: int = 4
+    num_experts: int = 16
+    num_experts_per_tok: int = 4
+    moe_intermediate_size: int = 256
+    shared_expert_intermediate_size: int = 512
+    hc_count: int = 4
+    hc_lowrank: int = 64
+    mtp_num_hidden_layers: int = 1
+    output_gate_type: str = Field(
+        "silu", description="GDN output gate; transformers falls back to hidden_act when unset, but vLLM "
+        "0.33.0's QwenGatedDeltaNetAttention asserts it is set (seen on the H200)."
+    )
+    max_position_embeddings: int = 262144
+    initializer_range: float = 0.02
+    vocab_pad: int = Field(128, description="vocab_size = tokenizer size rounded up to this.")
+
+    @property
+    def layer_types(self) -> list[str]:
+        # "full_attention" is what the real checkpoint writes; transformers maps it to its own
+        # QSA name (qwen_sparse_attention before 5.18, indexed_attention after); vLLM takes both.
+        return [
+            "full_attention" if (i + 1) % self.qsa_every == 0 else "linear_attention"
+            for i in range(self.num_hidden_layers)
+        ]
+
+    @property
+    def topk(self) -> int:
+        return self.indexer_budget // self.indexer_compress_ratio
+
+
+#: vLLM 0.33.0's compiled cooperative_topk kernel handles only these k.
+SUPPORTED_TOPK = (512, 1024, 2048)
+
+
+class GeneratedModel(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    path: Path
+    seed: int
+    spec: SmallQwen4Exp
+    vocab_size: int
+    parameters: int
+    mtp_tensors: int
+    transformers_version: str
+
+
+def check_spec(spec: SmallQwen4Exp) -> None:
+    if spec.topk not in SUPPORTED_TOPK:
+        raise ValueError(
+            f"indexer_budget / indexer_compress_ratio = {spec.topk}: vLLM 0.33.0's cooperative_topk "
+            f"supports k in {SUPPORTED_TOPK} only; change indexer_budget or indexer_compress_ratio"
+        )
+    if spec.num_hidden_layers % spec.qsa_every:
+        raise ValueError("num_hidden_layers must be a multiple of qsa_every (the last layer is QSA)")
+
+
+def text_config(spec: SmallQwen4Exp, *, vocab_size: int, bos: int, eos: int, pad: int) -> dict:
+    """config.json of a Qwen4ExpForCausalLM (model_type qwen4_exp_text)."""
+    check_spec(spec)
+    fields = spec.model_dump(exclude={"qsa_every", "partial_rotary_factor", "rope_theta", "vocab_pad"})
+    return {
+        "architectures": ["Qwen4ExpForCausalLM"],
+        "model_type": "qwen4_exp_text",
+        **fields,
+        "layer_types": spec.layer_types,
+        "rope_parameters": {
+            "rope_type": "default",
+            "rope_theta": spec.rope_theta,
+            "partial_rotary_factor": spec.partial_rotary_factor,
+        },
+        "vocab_size": vocab_size,
+        "hidden_act": "silu",
+        "rms_norm_eps": 1e-6,
+        "tie_word_embeddings": False,
+        "bos_token_id": bos,
+        "eos_token_id": eos,
+        "pad_token_id": pad,
+        "dtype": "bfloat16",
+    }
+
+
+def _write_config(path: Path, cfg_dict: dict) -> None:
+    """Keep what save_pretrained wrote, but spell the layer types as the real checkpoint does
+    ("full_attention"), which every transformers version maps to its own QSA name."""
+    saved = json.loads(path.read_text())
+    saved["layer_types"] = cfg_dict["layer_types"]
+    for key in ("mtp_num_hidden_layers", "output_gate_type"):
+        saved[key] = cfg_dict[key]
+    path.write_text(json.dumps(saved, indent=2, sort_keys=True) + "\n")
+
+
+def _padded(n: int, multiple: int) -> int:
+    return -(-n // multiple) * multiple
+
+
+def build_tokenizer(tokenizer_dir: Path):
+    """SmolLM2's tokenizer plus the reasoning-parser tokens, saved by this transformers."""
+    from tokenizers import Tokenizer
+    from transformers import PreTrainedTokenizerFast
+
+    cfg = json.loads((tokenizer_dir / "tokenizer_config.json").read_text())
+    tok = PreTrainedTokenizerFast(
+        tokenizer_object=Tokenizer.from_file(str(tokenizer_dir / "tokenizer.json")),
+        bos_token=cfg.get("bos_token"), eos_token=cfg.get("eos_token"),
+        pad_token=cfg.get("pad_token"), unk_token=cfg.get("unk_token"),
+    )
+    tok.add_special_tokens({"additional_special_tokens": list(REASONING_TOKENS)})
+    template = tokenizer_dir / "chat_template.jinja"
+    if template.is_file():
+        tok.chat_template = template.read_text()
+    return tok
+
+
+def _saved_tensors(model_dir: Path) -> dict:
+    """The tensors save_pretrained wrote, under their checkpoint names (per-expert MoE weights)."""
+    from safetensors import safe_open
+
+    out = {}
+    for f in sorted(model_dir.glob("*.safetensors")):
+        with safe_open(str(f), "pt") as handle:
+            out.update({k: handle.get_tensor(k) for k in handle.keys()})
+    return out
+
+
+def _mtp_tensors(state: dict, spec: SmallQwen4Exp, *, generator) -> dict:
+    """The `mtp.` checkpoint tensors vLLM's Qwen4ExpMTP loads: fc_embedding, fc_hidden, the two
+    pre-fc norms, one decoder layer shaped like the last QSA layer, and a final HC mixer."""
+    import torch
+
+    def like(t: torch.Tensor) -> torch.Tensor:
+        std = float(t.float().std()) if t.numel() > 1 else 0.0
+        lo, hi = (spec.initializer_range * f for f in _REDRAW_STD)
+        if t.dim() >= 2 and lo <= std <= hi:
+            return (torch.randn(t.shape, generator=generator) * spec.initializer_range).to(t.dtype)
+        return t.clone()
+
+    h, n = spec.hidden_size, spec.num_hidden_layers
+    qsa = n - 1  # the last layer is QSA (check_spec)
+    out: dict = {
+        "mtp.fc_embedding.weight": torch.randn(h, h, generator=generator) * spec.initializer_range,
+        "mtp.fc_hidden.weight": torch.randn(h, h, generator=generator) * spec.initializer_range,
+        # GemmaRMSNorm in vLLM scales by (1 + w): zeros are norms at 1.
+        "mtp.pre_fc_norm_embedding.weight": torch.zeros(h),
+        "mtp.pre_fc_norm_hidden.weight": torch.zeros(h * spec.hc_count),
+    }
+    layer_prefix = f"model.layers.{qsa}."
+    for name, t in state.items():
+        if name.startswith(layer_prefix):
+            out[f"mtp.layers.{n}." + name[len(layer_prefix):]] = like(t)
+        elif name.startswith("model.hyper_connection_mixer."):
+            out["mtp." + name[len("model."):]] = like(t)
+    if not any(k.startswith(f"mtp.layers.{n}.self_attn.") for k in out):
+        raise RuntimeError(f"layer {qsa} has no self_attn tensors: is it a QSA layer?")
+    return {k: v.to(torch.bfloat16).contiguous() for k, v in out.items()}
+
+
+def generate(*, tokenizer_dir: Path, out: Path, seed: int = 0, spec: SmallQwen4Exp | None = None) -> GeneratedModel:
+    """Write the model dir (config, safetensors, tokenizer) to `out`, atomically."""
+    import torch
+    import transformers
+    from safetensors.torch import save_file
+
+    spec = spec or SmallQwen4Exp()
+    check_spec(spec)
+    tok = build_tokenizer(tokenizer_dir)
+    vocab = _padded(len(tok), spec.vocab_pad)
+    cfg_dict = text_config(
+        spec, vocab_size=vocab, bos=tok.bos_token_id, eos=tok.eos_token_id, pad=tok.pad_token_id
+    )
+    stage = out.parent / f".{out.name}.tmp"
+    if stage.exists():
+        shutil.rmtree(stage)
+    stage.mkdir(parents=True)
+    try:
+        config = transformers.Qwen4ExpTextConfig(**{k: v for k, v in cfg_dict.items() if k not in ("architectures", "model_type")})
+        config.architectures = ["Qwen4ExpForCausalLM"]
+        config.mtp_num_hidden_layers = spec.mtp_num_hidden_layers
+        torch.manual_seed(seed)
+        model = transformers.Qwen4ExpForCausalLM(config).to(torch.bfloat16)
+        model.save_pretrained(stage)
+        tok.save_pretrained(stage)
+        state = _saved_tensors(stage)
+        params = sum(t.numel() for t in state.values())
+        _write_config(stage / "config.json", cfg_dict)
+        mtp = _mtp_tensors(state, spec, generator=torch.Generator().manual_seed(seed + 1))
+        save_file(mtp, str(stage / "mtp.safetensors"), metadata={"format": "pt"})
+        index = stage / "model.safetensors.index.json"
+        if index.is_file():  # sharded save: vLLM loads only the files the index names
+            data = json.loads(index.read_text())
+            data["weight_map"].update({k: "mtp.safetensors" for k in mtp})
+            index.write_text(json.dumps(data, indent=2))
+        result = GeneratedModel(
+            path=out, seed=seed, spec=spec, vocab_size=vocab, parameters=params,
+            mtp_tensors=len(mtp), transformers_version=transformers.__version__,
+        )
+        (stage / MARKER).write_text(result.model_dump_json(indent=2) + "\n")
+        if out.exists():
+            shutil.rmtree(out)
+        stage.rename(out)
+    except BaseException:
+        shutil.rmtree(stage, ignore_errors=True)
+        raise
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--tokenizer", type=Path, required=True, help="dir with tokenizer.json, tokenizer_config.json")
+    p.add_argument("--out", type=Path, required=True)
+    p.add_argument("--seed", type=int, default=0)
+    args = p.parse_args(argv)
+    got = generate(tokenizer_dir=args.tokenizer, out=args.out, seed=args.seed)
+    print(got.model_dump_json(indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

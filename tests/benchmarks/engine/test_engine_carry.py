@@ -1,0 +1,202 @@
+"""Carry assembly and landing: what the device gets is what the wheel, the series and the lock
+say, cut into pieces that reassemble byte for byte, and anything altered is refused."""
+
+from __future__ import annotations
+
+import json
+import random
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from benchmarks.engine import carry, land
+from builder.errors import EngineHarnessError
+
+FA_INIT = "vllm/vllm_flash_attn/__init__.py"
+HC = "vllm/models/qwen4_exp/nvidia/hyperconnection.py"
+
+
+def fake_wheel(path: Path) -> Path:
+    """A wheel laid out like vllm==0.33.0's, with the shim anchors and tiny 'libraries'."""
+    members = {
+        "vllm/__init__.py": "__version__ = '0.33.0'\n",
+        "vllm/config/model.json": "{}",
+        FA_INIT: "x = 1\nif not (FA2_AVAILABLE or FA3_AVAILABLE):\n    raise ImportError(\n        'no fa')\n",
+        HC: "class H:\n    def f(self):\n            self._use_hc_down_silu = (\n                True\n            )\n",
+        "vllm/third_party/flash_linear_attention/ops/__init__.py": "OPS = 1\n",
+        "vllm/third_party/deep_gemm/include/cute/arch/mma.hpp": "// header\n",
+        "vllm/third_party/deep_gemm/include/cute/LICENSE": "headers' licence\n",
+        "vllm/csrc/kernel.cu": "// source\n",
+        "vllm/vllm-rs": "ELF",
+        "vllm/_C_stable_libtorch.abi3.so": "ELF-C" * 1000,
+        "vllm/_moe_C_stable_libtorch.abi3.so": "ELF-MOE" * 1000,
+        "vllm/vllm_flash_attn/_vllm_fa3_C.abi3.so": "ELF-FA",
+        "vllm-0.33.0.dist-info/METADATA": "Name: vllm\nVersion: 0.33.0\n",
+        "vllm-0.33.0.dist-info/RECORD": "vllm/__init__.py,,\n",
+    }
+    with zipfile.ZipFile(path, "w") as z:
+        for name, text in members.items():
+            z.writestr(name, text)
+    return path
+
+
+def test_tree_keeps_python_and_data_drops_libraries_headers_and_record(tmp_path):
+    n = carry.extract_engine_tree(wheel=fake_wheel(tmp_path / "v.whl"), dest=tmp_path / "t")
+    got = sorted(str(p.relative_to(tmp_path / "t")) for p in (tmp_path / "t").rglob("*") if p.is_file())
+    assert got == sorted([
+        "vllm/__init__.py", "vllm/config/model.json", FA_INIT, HC,
+        # the GDN layers import these Triton kernels: third_party Python must travel
+        "vllm/third_party/flash_linear_attention/ops/__init__.py",
+        "vllm-0.33.0.dist-info/METADATA",
+    ])
+    assert n == len(got)
+
+
+def test_libraries_are_the_two_stable_abi_ones(tmp_path):
+    libs = carry.extract_engine_libs(wheel=fake_wheel(tmp_path / "v.whl"), dest=tmp_path / "l")
+    assert [p.name for p in libs] == ["_C_stable_libtorch.abi3.so", "_moe_C_stable_libtorch.abi3.so"]
+
+
+def test_a_wheel_without_the_libraries_is_refused(tmp_path):
+    with zipfile.ZipFile(tmp_path / "v.whl", "w") as z:
+        z.writestr("vllm/__init__.py", "")
+    with pytest.raises(EngineHarnessError, match="_C_stable_libtorch"):
+        carry.extract_engine_libs(wheel=tmp_path / "v.whl", dest=tmp_path / "l")
+
+
+def test_shims_apply_once_and_refuse_a_moved_anchor(tmp_path):
+    carry.extract_engine_tree(wheel=fake_wheel(tmp_path / "v.whl"), dest=tmp_path / "t")
+    carry.apply_device_shims(tmp_path / "t")
+    assert "if False:  # qfn device shim" in (tmp_path / "t" / FA_INIT).read_text()
+    assert "find_spec('cutlass') is not None and (" in (tmp_path / "t" / HC).read_text()
+    with pytest.raises(EngineHarnessError, match="found it 0 times"):  # already applied: the anchor is gone
+        carry.apply_device_shims(tmp_path / "t")
+
+
+def test_shims_match_the_real_engine(engine_src, tmp_path):
+    """Each anchor occurs exactly once in the pinned vllm==0.33.0 sources."""
+    for shim in carry.DEVICE_SHIMS:
+        assert (engine_src / shim.path).read_text().count(shim.old) == 1, shim.path
+
+
+def test_tar_is_deterministic(tmp_path):
+    src = tmp_path / "src"
+    (src / "a").mkdir(parents=True)
+    (src / "a" / "f.txt").write_text("hello")
+    carry.tar_dir(src, tmp_path / "one.tar.xz", xz=True)
+    (src / "a" / "f.txt").touch()  # a new mtime must not change the bytes
+    carry.tar_dir(src, tmp_path / "two.tar.xz", xz=True)
+    assert (tmp_path / "one.tar.xz").read_bytes() == (tmp_path / "two.tar.xz").read_bytes()
+
+
+def payload(i: int) -> bytes:
+    return random.Random(i).randbytes(10_000 + 3_000 * i)  # incompressible: xz keeps the size
+
+
+def components(tmp_path: Path) -> list[Path]:
+    out = []
+    for i, name in enumerate(carry.COMPONENTS):
+        src = tmp_path / f"src{i}"
+        src.mkdir()
+        (src / f"file{i}.bin").write_bytes(payload(i))
+        carry.tar_dir(src, tmp_path / name, xz=name.endswith(".xz"))
+        out.append(tmp_path / name)
+    return out
+
+
+def test_pieces_reassemble_byte_for_byte_and_unpack_as_they_complete(tmp_path):
+    comps = components(tmp_path)
+    (tmp_path / "carry").mkdir()
+    parts, pieces = carry.split_stream(components=comps, out_dir=tmp_path / "carry", piece_bytes=20_000)
+    assert len(pieces) > 2 and all(p.size <= 20_000 for p in pieces)
+    assert sum(p.size for p in pieces) == sum(c.size for c in parts)
+    manifest = {"components": [c.model_dump() for c in parts], "pieces": [p.model_dump() for p in pieces]}
+    state = tmp_path / "state"
+    # call 1 carries only the first piece: only components wholly inside it unpack
+    first = tmp_path / "call1"
+    first.mkdir()
+    (first / pieces[0].name).write_bytes((tmp_path / "carry" / pieces[0].name).read_bytes())
+    land.land_pieces(manifest=manifest, carried=first, state=state)
+    early = land.unpack_ready(manifest=manifest, state=state)
+    assert early == [c.name for c in parts if c.offset + c.size <= pieces[0].size]
+    land.land_pieces(manifest=manifest, carried=tmp_path / "carry", state=state)
+    rest = land.unpack_ready(manifest=manifest, state=state)
+    assert early + rest == list(carry.COMPONENTS)
+    for i, name in enumerate(carry.COMPONENTS):
+        dest = state / land.DESTINATIONS[name] / f"file{i}.bin"
+        assert dest.read_bytes() == payload(i)
+    assert land.unpack_ready(manifest=manifest, state=state) == []  # nothing twice
+
+
+def test_a_corrupted_piece_is_refused(tmp_path):
+    comps = components(tmp_path)
+    (tmp_path / "carry").mkdir()
+    parts, pieces = carry.split_stream(components=comps, out_dir=tmp_path / "carry", piece_bytes=20_000)
+    manifest = {"components": [c.model_dump() for c in parts], "pieces": [p.model_dump() for p in pieces]}
+    victim = tmp_path / "carry" / pieces[1].name
+    data = bytearray(victim.read_bytes())
+    data[100] ^= 0xFF
+    victim.write_bytes(bytes(data))
+    with pytest.raises(land.LandError, match=pieces[1].name):
+        land.land_pieces(manifest=manifest, carried=tmp_path / "carry", state=tmp_path / "state")
+
+
+def test_a_component_that_does_not_match_its_sha256_is_refused(tmp_path):
+    comps = components(tmp_path)
+    (tmp_path / "carry").mkdir()
+    parts, pieces = carry.split_stream(components=comps, out_dir=tmp_path / "carry", piece_bytes=1 << 20)
+    manifest = {"components": [c.model_dump() for c in parts], "pieces": [p.model_dump() for p in pieces]}
+    manifest["components"][0]["sha256"] = "0" * 64
+    land.land_pieces(manifest=manifest, carried=tmp_path / "carry", state=tmp_path / "state")
+    with pytest.raises(land.LandError, match="tokenizer.tar.xz"):
+        land.unpack_ready(manifest=manifest, state=tmp_path / "state")
+
+
+def test_assemble_writes_manifest_and_pieces_atomically(tmp_path):
+    wheel = fake_wheel(tmp_path / "v.whl")
+    series = tmp_path / "patches"
+    series.mkdir()
+    (series / "series").write_text("# empty series for the fake wheel\n")
+    tok = tmp_path / "tok"
+    tok.mkdir()
+    (tok / "tokenizer.json").write_text("{}")
+    (tok / "tokenizer_config.json").write_text("{}")
+    whl = tmp_path / "pkg-1.0-py3-none-any.whl"
+    whl.write_bytes(b"wheel")
+    out = tmp_path / "out"
+    m = carry.assemble(wheel=wheel, wheel_sha256="a" * 64, patches_dir=series, series_sha256="b" * 64,
+                       wheels=[whl], tokenizer_dir=tok, out=out, work=tmp_path / "work", piece_bytes=4096)
+    assert [c.name for c in m.components] == list(carry.COMPONENTS)
+    assert sorted(p.name for p in out.iterdir()) == sorted(["manifest.json", *(p.name for p in m.pieces)])
+    assert json.loads((out / "manifest.json").read_text())["wheels"] == [whl.name]
+    # the unpacked tree carries the shims
+    state = tmp_path / "state"
+    land.land_pieces(manifest=m.model_dump(), carried=out, state=state)
+    land.unpack_ready(manifest=m.model_dump(), state=state)
+    assert "qfn device shim" in (state / "engine" / FA_INIT).read_text()
+    assert (state / "engine" / "vllm" / "_moe_C_stable_libtorch.abi3.so").is_file()
+    assert (state / "wheels" / whl.name).read_bytes() == b"wheel"
+
+
+def test_assemble_never_overwrites_a_folder_it_did_not_write(tmp_path):
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "notes.txt").write_text("mine")
+    tok = tmp_path / "tok"
+    tok.mkdir()
+    (tok / "tokenizer.json").write_text("{}")
+    (tok / "tokenizer_config.json").write_text("{}")
+    series = tmp_path / "patches"
+    series.mkdir()
+    (series / "series").write_text("\n")
+    with pytest.raises(EngineHarnessError, match="refusing to overwrite"):
+        carry.assemble(wheel=fake_wheel(tmp_path / "v.whl"), wheel_sha256="a" * 64, patches_dir=series,
+                       series_sha256="b" * 64, wheels=[], tokenizer_dir=tok, out=tmp_path / "out",
+                       work=tmp_path / "work", piece_bytes=4096)
+    assert (tmp_path / "out" / "notes.txt").read_text() == "mine"
+
+
+def test_missing_tokenizer_is_named(tmp_path):
+    with pytest.raises(EngineHarnessError, match="tokenizer.json"):
+        carry.assemble(wheel=tmp_path / "v.whl", wheel_sha256="", patches_dir=tmp_path, series_sha256="",
+                       wheels=[], tokenizer_dir=tmp_path, out=tmp_path / "o", work=tmp_path / "w")

@@ -1,0 +1,51 @@
+"""The runtime wheel lock: parsed strictly, and a wheel is only accepted by its sha256."""
+
+from __future__ import annotations
+
+import hashlib
+
+import pytest
+
+from benchmarks.engine.lock import LOCK_FILE, check_wheels, read_lock
+from builder.errors import EngineHarnessError
+
+
+def test_the_committed_lock_pins_every_wheel_once_by_hash():
+    locked = read_lock(LOCK_FILE)
+    names = {w.name.lower().replace("-", "_") for w in locked}
+    # what the server, engine core and routers import that the H200 image lacks (found on CPU)
+    for needed in ("pydantic", "pydantic_core", "fastapi", "starlette", "uvicorn", "openai", "msgspec", "pyzmq",
+                   "cbor2", "xgrammar", "apache_tvm_ffi", "llguidance", "compressed_tensors",
+                   "prometheus_fastapi_instrumentator", "tenacity", "docker"):
+        assert needed in names, needed
+    # the image's own GPU stack is never carried over it
+    assert not names & {"torch", "triton", "transformers", "numpy", "tokenizers"}
+
+
+def test_a_malformed_line_is_named(tmp_path):
+    lock = tmp_path / "wheels.lock"
+    lock.write_text("# comment\npydantic==2.14.4\n")
+    with pytest.raises(EngineHarnessError, match="line 2"):
+        read_lock(lock)
+
+
+def test_two_versions_of_one_package_are_refused(tmp_path):
+    lock = tmp_path / "wheels.lock"
+    lock.write_text(f"pydantic==2.14.4 --hash=sha256:{'a' * 64}\nPydantic==2.13.0 --hash=sha256:{'b' * 64}\n")
+    with pytest.raises(EngineHarnessError, match="listed twice"):
+        read_lock(lock)
+
+
+def test_wheels_are_checked_by_sha256(tmp_path):
+    good = tmp_path / "a-1.0-py3-none-any.whl"
+    good.write_bytes(b"a")
+    other = tmp_path / "b-1.0-py3-none-any.whl"
+    other.write_bytes(b"b")
+    lock = tmp_path / "wheels.lock"
+    lock.write_text(f"a==1.0 --hash=sha256:{hashlib.sha256(b'a').hexdigest()}\n"
+                    f"b==1.0 --hash=sha256:{hashlib.sha256(b'B').hexdigest()}\n")
+    locked = read_lock(lock)
+    with pytest.raises(EngineHarnessError, match="b-1.0-py3-none-any.whl has sha256"):
+        check_wheels(locked, [good, other])
+    with pytest.raises(EngineHarnessError, match="missing locked wheels: b==1.0"):
+        check_wheels(locked, [good])
