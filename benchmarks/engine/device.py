@@ -181,14 +181,11 @@ def start_servers(*, state: Path, work: Path, extra_args: list[str], attempt: st
 
 
 def _serve_wait():
-    """builder/serve/wait.py by path: the builder.serve package also loads the docker image
-    tooling (docker SDK, tomlkit), which the device does not need to wait on a port."""
-    import importlib.util
+    """builder.serve.wait: httpx only (builder.serve loads its docker tooling lazily, which the
+    device does not need to wait on a port)."""
+    import builder.serve.wait
 
-    spec = importlib.util.spec_from_file_location("qfn_serve_wait", REPO / "builder" / "serve" / "wait.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return builder.serve.wait
 
 
 def wait_servers(servers: dict, timeout_s: float) -> dict[str, str]:

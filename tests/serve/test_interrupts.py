@@ -8,7 +8,7 @@ import signal
 
 import pytest
 
-from builder.serve.serve import Interrupted, _Interrupts
+from builder.serve.lifecycle import Interrupted, _Interrupts
 
 
 def _raise(signum: int) -> None:
