@@ -86,7 +86,7 @@ def main(argv: list[str] | None = None) -> int:
     prep = sub.add_parser("prepare", help="assemble the carry and the device calls")
     prep.add_argument("--out", type=Path, required=True, help="a folder inside the checkout the run tool sends")
     prep.add_argument("--repo-root", type=Path, required=True, help="that checkout's root (calls name paths from it)")
-    prep.add_argument("--budget-s", type=int, default=270, help="the measuring call's own budget")
+    prep.add_argument("--budget-s", type=int, default=510, help="the measuring call's own budget (its call gets 90 s more, up to the 600 s a device call may run)")
     prep.add_argument("--piece-mib", type=int, default=56)
     args = p.parse_args(argv)
     try:
@@ -95,6 +95,8 @@ def main(argv: list[str] | None = None) -> int:
 
             print("\n".join(w.name for w in fetch_wheels(dest=WHEELS_DIR)))
         else:
+            if not 0 < args.budget_s <= 510:
+                p.error("--budget-s must be in 1..510 (the measuring call adds 90 s; a device call runs at most 600 s)")
             if args.piece_mib <= 0 or args.piece_mib > 60:
                 p.error("--piece-mib must be in 1..60 (64 MiB per call, the repo copy travels too)")
             out, root = args.out.resolve(), args.repo_root.resolve()

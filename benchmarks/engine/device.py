@@ -2,7 +2,7 @@
 """Device driver of the engine harness: runs on the H200 with its own python3.
 
   python3 device.py land    --carried DIR --state /tmp/e18
-  python3 device.py measure --carried DIR --state /tmp/e18 --out $OUT --budget-s 270
+  python3 device.py measure --carried DIR --state /tmp/e18 --out $OUT --budget-s 510
 
 `land` (every call) checks and lands the pieces the call carried, unpacks what they complete,
 installs the locked wheels into state/site and starts the model generator in its own session
@@ -450,7 +450,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--carried", type=Path, required=True, help="the carried dir holding manifest.json and pieces")
     p.add_argument("--state", type=Path, default=Path("/tmp/e18"), help="kept between warm calls")
     p.add_argument("--out", type=Path, help="measure: where results go ($OUT)")
-    p.add_argument("--budget-s", type=float, default=270.0, help="measure: stop starting new work after this")
+    p.add_argument("--budget-s", type=float, default=510.0, help="measure: stop starting new work after this")
     args = p.parse_args(argv)
     if not (args.carried / MANIFEST).is_file():
         p.error(f"--carried {args.carried} has no {MANIFEST}")

@@ -204,10 +204,10 @@ def _mtp_tensors(state: dict, spec: SmallQwen4Exp, *, generator) -> dict:
     layer_prefix = f"model.layers.{qsa}."
     for name, t in state.items():
         if name.startswith(layer_prefix):
-            out[f"mtp.layers.{n}." + name[len(layer_prefix):]] = like(t)
+            out["mtp.layers.0." + name[len(layer_prefix):]] = like(t)  # the MTP module counts its own layers from 0
         elif name.startswith("model.hyper_connection_mixer."):
             out["mtp." + name[len("model."):]] = like(t)
-    if not any(k.startswith(f"mtp.layers.{n}.self_attn.") for k in out):
+    if not any(k.startswith("mtp.layers.0.self_attn.") for k in out):
         raise RuntimeError(f"layer {qsa} has no self_attn tensors: is it a QSA layer?")
     return {k: v.to(torch.bfloat16).contiguous() for k, v in out.items()}
 

@@ -84,3 +84,13 @@ def test_one_call_per_piece_the_last_measures(tmp_path):
     assert " measure " in calls[-1]["command"] and "--budget-s 200" in calls[-1]["command"]
     assert calls[-1]["timeout_s"] > 200
     assert all(len(c["command"]) <= 2000 for c in calls)  # the run tool's limit
+
+
+def test_prepare_refuses_a_measuring_budget_the_device_call_cannot_hold(tmp_path, capsys):
+    from benchmarks.engine.__main__ import main
+
+    with pytest.raises(SystemExit):
+        main(["prepare", "--out", str(tmp_path / "o"), "--repo-root", str(tmp_path), "--budget-s", "511"])
+    assert "--budget-s must be in 1..510" in capsys.readouterr().err
+    calls = device_calls(out=tmp_path, repo_rel=".dev/e", pieces=["piece-00"], budget_s=510)
+    assert calls[-1]["timeout_s"] <= 600  # the run tool's per-call limit

@@ -99,17 +99,21 @@ def test_weights_follow_the_seeded_init(generated):
     assert t["model.layers.1.self_attn.k_proj.weight"].shape == (2 * 256, 64)
 
 
-def test_mtp_layer_sits_after_the_main_layers_in_checkpoint_layout(generated):
+def test_mtp_layer_is_numbered_from_zero_in_checkpoint_layout(generated):
+    """vLLM 0.33.0's Qwen4ExpMultiTokenPredictor numbers its own layers from 0: a checkpoint naming
+    the drafter after the main stack (mtp.layers.<num_hidden_layers>) fails to load on the H200
+    (evidence/engine-h200/runs/call12-summary.json)."""
     _, out = generated
     t = tensors(out)
     n = TINY.num_hidden_layers
     for name in ("mtp.fc_embedding.weight", "mtp.fc_hidden.weight", "mtp.pre_fc_norm_embedding.weight",
-                 "mtp.pre_fc_norm_hidden.weight", f"mtp.layers.{n}.self_attn.q_proj.weight",
-                 f"mtp.layers.{n}.self_attn.indexer.index_qk_proj.weight",
-                 f"mtp.layers.{n}.mlp.experts.0.gate_proj.weight", "mtp.hyper_connection_mixer.hc_norm.weight"):
+                 "mtp.pre_fc_norm_hidden.weight", "mtp.layers.0.self_attn.q_proj.weight",
+                 "mtp.layers.0.self_attn.indexer.index_qk_proj.weight",
+                 "mtp.layers.0.mlp.experts.0.gate_proj.weight", "mtp.hyper_connection_mixer.hc_norm.weight"):
         assert name in t, name
+    assert {k.split(".")[2] for k in t if k.startswith("mtp.layers.")} == {"0"}
     # redrawn, not a copy of the main layer it is shaped after
-    main, mtp = t[f"model.layers.{n - 1}.self_attn.q_proj.weight"], t[f"mtp.layers.{n}.self_attn.q_proj.weight"]
+    main, mtp = t[f"model.layers.{n - 1}.self_attn.q_proj.weight"], t["mtp.layers.0.self_attn.q_proj.weight"]
     assert main.shape == mtp.shape and not (main == mtp).all()
     assert t["mtp.pre_fc_norm_hidden.weight"].shape == (64 * TINY.hc_count,)
 
