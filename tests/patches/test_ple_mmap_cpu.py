@@ -1,7 +1,8 @@
 """The ple-mmap patch on CPU, through the patched engine's own PLE classes, in containers.
 
 The same plans as benchmarks/ple_mmap/cpu_proof.py (which writes evidence/ple/cpu.*), at CI size:
-a bf16 table more than 4x a 1 GiB container limit, where upstream's resident table is OOM-killed
+a bf16 table 2.5x a 1 GiB container limit (the evidence run uses a larger one; CI's disk is shared
+with everything else the suite caches, and this test needs the table twice: checkpoint and file), where upstream's resident table is OOM-killed
 (the control) and the memory-mapped table loads and answers every lookup bit for bit, at TP1 and
 TP2, in place and from a table file built under the limit; and small checkpoints for table-file
 damage (a flipped byte, a truncation: detected and rebuilt), a rewritten checkpoint, fp8 and nvfp4.
@@ -23,7 +24,9 @@ import cpu_proof  # noqa: E402
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
 MEMORY = "1g"
-TABLE_GIB = 4.5
+TABLE_GIB = 2.5
+# checkpoint + the f16 table file built from it, plus slack for the small files
+DISK_NEED_GIB = 2 * TABLE_GIB + 0.5
 
 
 @pytest.fixture(scope="module")
@@ -34,6 +37,9 @@ def ple_env(base_image):
 @pytest.fixture
 def work(tmp_path):
     """Scratch for checkpoints and table files (GBs): removed at once, not kept by pytest."""
+    free_gib = shutil.disk_usage(tmp_path).free / 2**30
+    if free_gib < DISK_NEED_GIB:
+        pytest.fail(f"{tmp_path} has {free_gib:.1f} GiB free; the PLE CPU proof needs {DISK_NEED_GIB:.1f} GiB: free disk or set TMPDIR elsewhere")
     yield tmp_path
     shutil.rmtree(tmp_path, ignore_errors=True)
 
@@ -48,7 +54,7 @@ def test_resident_table_is_oom_killed_and_the_mapped_table_loads_under_the_limit
     steps = _steps(run)
     assert run["passed"], run["log_tail"]
     table = steps["write bf16 checkpoint"]["checkpoint"]
-    assert table["bytes"] >= 4 * 2**30  # at least 4x the container's memory
+    assert table["bytes"] >= 2 * 2**30  # at least 2x the container's memory
 
     control = steps["control: resident table (upstream, no mmap)"]
     assert control["oom_kills"] >= 1 and -9 in control["exitcodes"] and not control["ok"]
