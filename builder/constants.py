@@ -188,3 +188,6 @@ KV_POOL_FLOOR_MARGIN_ESTIMATED = 0.10
 #: ... or, when every budget term is known (CPU KV space, a pinned pool), only the 1% the planner
 #: is held to against measured pools (evidence/plan/).
 KV_POOL_FLOOR_MARGIN_EXACT = 0.01
+
+#: How long a container that exited with 137 (SIGKILL) waits for docker's late "oom" event.
+OOM_EVENT_WAIT_S = 2

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+from datetime import datetime, timezone
 from pathlib import Path
 
 import docker
@@ -13,7 +15,7 @@ from pydantic import BaseModel, ConfigDict, SecretStr
 from builder.config import LaunchPlan, ReleaseConfig, launch_plan
 from builder.config.container import default_container_name
 from builder.config.launch import MODEL_DIR_ENV
-from builder.constants import ENV_VLLM_API_KEY, SERVE_LABEL
+from builder.constants import ENV_VLLM_API_KEY, OOM_EVENT_WAIT_S, SERVE_LABEL
 from builder.errors import ServeError
 from builder.serve.wait import LOG_TAIL_LINES
 
@@ -141,12 +143,38 @@ def check_alive(container: Container) -> None:
     if container.status in ("created", "running", "restarting"):
         return
     state = container.attrs.get("State", {})
-    why = "OOMKilled (out of memory)" if state.get("OOMKilled") else f"exit code {state.get('ExitCode')}"
+    why = "OOMKilled (out of memory)" if _oom_killed(container, state) else f"exit code {state.get('ExitCode')}"
     raise ServeError(
         f"container {container.name} stopped while starting: {why}\n"
         f"--- last {LOG_TAIL_LINES} log lines ---\n{logs_tail(container)}",
         hint="fix the error in the log above; an OOMKilled server needs more memory or a smaller KV pool",
     )
+
+
+def _oom_killed(container: Container, state: dict) -> bool:
+    """State.OOMKilled, or the daemon's own "oom" event for a SIGKILLed container.
+
+    Docker sets the flag only when containerd's OOM event reaches it before the exit event; under
+    load the exit can win (seen in a CI run: exit 137, flag false). The "oom" event is logged
+    either way, if late, so a 137 waits briefly for it.
+    """
+    if state.get("OOMKilled"):
+        return True
+    if state.get("ExitCode") != 137:
+        return False
+    created = container.attrs.get("Created", "")[:19]  # RFC 3339 with nanoseconds: whole seconds suffice
+    since = int(datetime.fromisoformat(created).replace(tzinfo=timezone.utc).timestamp()) if created else 0
+    try:
+        events = container.client.events(
+            since=since, until=int(time.time()) + OOM_EVENT_WAIT_S,
+            filters={"container": container.id, "event": "oom"}, decode=True,
+        )  # fmt: skip
+        try:
+            return any(True for _ in events)
+        finally:
+            events.close()
+    except APIError:
+        return False
 
 
 def logs_tail(container: Container, lines: int = LOG_TAIL_LINES) -> str:

@@ -89,3 +89,37 @@ def test_oom_killed_container_is_named_as_such(run):
     with pytest.raises(ServeError) as err:
         wait_ready(url=url, served_name="m", timeout_s=120, alive=lambda: check_alive(container), poll_s=0.5)
     assert "OOMKilled" in err.value.message
+
+
+class _FlagLost:
+    """A real container whose docker-side OOMKilled flag reads false, as when containerd's exit
+    event reaches the daemon before its OOM event (a CI run saw exit 137 with the flag false)."""
+
+    def __init__(self, container):
+        self._c = container
+
+    def __getattr__(self, name):
+        return getattr(self._c, name)
+
+    def reload(self):
+        self._c.reload()
+        self._c.attrs["State"]["OOMKilled"] = False
+
+
+def test_oom_kill_is_named_even_when_dockers_flag_lost_the_race(run):
+    container, url = run(["python3", "-c", "x = b\"x\" * (512 << 20); import time; time.sleep(600)"], memory="64m")
+    lost = _FlagLost(container)
+    with pytest.raises(ServeError) as err:
+        wait_ready(url=url, served_name="m", timeout_s=120, alive=lambda: check_alive(lost), poll_s=0.5)
+    assert "OOMKilled" in err.value.message  # from the daemon's "oom" event
+
+
+def test_a_plain_sigkill_is_not_called_an_oom_kill(run):
+    """The control: exit 137 without an oom event stays 'exit code 137'."""
+    container, url = run(["sleep", "600"])
+    container.kill(signal="SIGKILL")
+    start = time.monotonic()
+    with pytest.raises(ServeError) as err:
+        wait_ready(url=url, served_name="m", timeout_s=120, alive=lambda: check_alive(container), poll_s=0.5)
+    assert "exit code 137" in err.value.message and "OOMKilled" not in err.value.message
+    assert time.monotonic() - start < 30
