@@ -91,6 +91,14 @@ def build_image(
             highlight=False,
             soft_wrap=True,
         )
+        if arch == "arm64":
+            log.print(
+                "image: known limit: aarch64 torch 2.14 faults on its first import under QEMU 7.2 and 10.0.2 "
+                "(evidence/images/gb10/), which stops this build at install-engine after the base is built; "
+                "an arm64 host builds it natively",
+                highlight=False,
+                soft_wrap=True,
+            )
     with tempfile.TemporaryDirectory(prefix="qfn-build-") as tmp:
         # The context is checked before the base is built: a missing input fails in seconds, not after an hour.
         probe = recipe if recipe.base_image else recipe.with_base(image_id="sha256:" + "0" * 64, name="(lock base, not built yet)")
