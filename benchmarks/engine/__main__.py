@@ -16,8 +16,9 @@ import shutil
 import sys
 from pathlib import Path
 
+from builder.atomic import replace_dir
 from builder.constants import PATCHES_DIR, REPO_ROOT
-from builder.errors import BuilderError
+from builder.errors import BuilderError, EngineHarnessError
 
 WHEELS_DIR = REPO_ROOT / ".cache" / "engine-wheels"
 #: What the device driver imports from the repo (copied into DIR/run).
@@ -33,6 +34,12 @@ def copy_run_tree(dest: Path) -> None:
         elif src.is_file():
             (dest / rel).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(src, dest / rel)
+
+
+def _earlier_run_tree(dest: Path) -> str | None:
+    """None when `dest` holds only what copy_run_tree writes (RUN_FILES' top-level names)."""
+    extra = sorted({p.name for p in dest.iterdir()} - {rel.split("/", 1)[0] for rel in RUN_FILES})
+    return f"holds {', '.join(extra[:5])}, which copy_run_tree does not write" if extra else None
 
 
 def device_calls(*, out: Path, repo_rel: str, pieces: list[str], budget_s: int) -> list[dict]:
@@ -70,9 +77,8 @@ def prepare(*, out: Path, repo_rel: str, budget_s: int, piece_mib: int) -> dict:
         wheels=wheels, tokenizer_dir=tokenizer, out=out / "carry", work=WHEELS_DIR.parent / "engine-carry",
         piece_bytes=piece_mib << 20,
     )
-    if (out / "run").exists():
-        shutil.rmtree(out / "run")
-    copy_run_tree(out / "run")
+    with replace_dir(out / "run", replaceable=_earlier_run_tree, what="run tree", error=EngineHarnessError) as run:
+        copy_run_tree(run)
     calls = device_calls(out=out, repo_rel=repo_rel, pieces=[p.name for p in manifest.pieces], budget_s=budget_s)
     (out / "calls.json").write_text(json.dumps(calls, indent=2) + "\n")
     return {"pieces": [(p.name, p.size) for p in manifest.pieces], "calls": calls}

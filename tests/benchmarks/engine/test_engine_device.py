@@ -94,3 +94,14 @@ def test_prepare_refuses_a_measuring_budget_the_device_call_cannot_hold(tmp_path
     assert "--budget-s must be in 1..510" in capsys.readouterr().err
     calls = device_calls(out=tmp_path, repo_rel=".dev/e", pieces=["piece-00"], budget_s=510)
     assert calls[-1]["timeout_s"] <= 600  # the run tool's per-call limit
+
+
+def test_the_run_tree_replaces_only_what_copy_run_tree_wrote(tmp_path):
+    from benchmarks.engine.__main__ import _earlier_run_tree, copy_run_tree
+
+    run = tmp_path / "run"
+    run.mkdir()
+    copy_run_tree(run)
+    assert _earlier_run_tree(run) is None
+    (run / "notes.txt").write_text("mine")
+    assert "notes.txt" in _earlier_run_tree(run)

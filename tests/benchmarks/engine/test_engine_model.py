@@ -123,3 +123,19 @@ def test_same_seed_same_weights(tokenizer_dir, generated, tmp_path):
     gen.generate(tokenizer_dir=tokenizer_dir, out=tmp_path / "again", seed=0, spec=TINY)
     a, b = tensors(first), tensors(tmp_path / "again")
     assert a.keys() == b.keys() and all((a[k] == b[k]).all() for k in a)
+
+
+def test_a_model_is_regenerated_over_its_own_output_but_never_over_a_users_folder(tokenizer_dir, tmp_path):
+    out = tmp_path / "m"
+    gen.generate(tokenizer_dir=tokenizer_dir, out=out, seed=0, spec=TINY)
+    gen.generate(tokenizer_dir=tokenizer_dir, out=out, seed=1, spec=TINY)  # its own marker: replaced
+    assert json.loads((out / gen.MARKER).read_text())["seed"] == 1
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("mine")
+    from builder.errors import EngineHarnessError
+
+    with pytest.raises(EngineHarnessError, match="refusing to replace"):
+        gen.generate(tokenizer_dir=tokenizer_dir, out=mine, seed=0, spec=TINY)
+    assert [p.name for p in mine.iterdir()] == ["notes.txt"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m", "mine"]  # no staging folder left
