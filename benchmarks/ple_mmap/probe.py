@@ -464,16 +464,7 @@ def config_step(step: dict) -> dict:
         return ModelConfig(model=ckpt, dtype="bfloat16", skip_tokenizer_init=True, tokenizer=ckpt)
 
     def engram(env: dict | None = None, **kwargs):
-        saved = {k: os.environ.get(k) for k in (env or {})}
-        os.environ.update(env or {})
-        try:
-            return EngramConfig(**kwargs)
-        finally:
-            for key, value in saved.items():
-                if value is None:
-                    os.environ.pop(key, None)
-                else:
-                    os.environ[key] = value
+        return _with_env(env or {}, lambda: EngramConfig(**kwargs))
 
     cases = {
         "needs cpu_offload": (lambda: engram(cpu_offload=False, mmap_table=True), "mmap_table requires cpu_offload=True"),

@@ -179,9 +179,7 @@ def test_assemble_writes_manifest_and_pieces_atomically(tmp_path):
     assert (state / "wheels" / whl.name).read_bytes() == b"wheel"
 
 
-def test_assemble_never_overwrites_a_folder_it_did_not_write(tmp_path):
-    (tmp_path / "out").mkdir()
-    (tmp_path / "out" / "notes.txt").write_text("mine")
+def _tokenizer_and_empty_series(tmp_path: Path) -> tuple[Path, Path]:
     tok = tmp_path / "tok"
     tok.mkdir()
     (tok / "tokenizer.json").write_text("{}")
@@ -189,6 +187,13 @@ def test_assemble_never_overwrites_a_folder_it_did_not_write(tmp_path):
     series = tmp_path / "patches"
     series.mkdir()
     (series / "series").write_text("\n")
+    return tok, series
+
+
+def test_assemble_never_overwrites_a_folder_it_did_not_write(tmp_path):
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "notes.txt").write_text("mine")
+    tok, series = _tokenizer_and_empty_series(tmp_path)
     with pytest.raises(EngineHarnessError, match="refusing to overwrite"):
         carry.assemble(wheel=fake_wheel(tmp_path / "v.whl"), wheel_sha256="a" * 64, patches_dir=series,
                        series_sha256="b" * 64, wheels=[], tokenizer_dir=tok, out=tmp_path / "out",
@@ -197,13 +202,7 @@ def test_assemble_never_overwrites_a_folder_it_did_not_write(tmp_path):
 
 
 def test_an_earlier_carry_is_replaced_but_not_one_a_user_added_to(tmp_path):
-    tok = tmp_path / "tok"
-    tok.mkdir()
-    (tok / "tokenizer.json").write_text("{}")
-    (tok / "tokenizer_config.json").write_text("{}")
-    series = tmp_path / "patches"
-    series.mkdir()
-    (series / "series").write_text("\n")
+    tok, series = _tokenizer_and_empty_series(tmp_path)
     out = tmp_path / "out"
 
     def build(sha: str) -> carry.Manifest:
