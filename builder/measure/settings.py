@@ -56,9 +56,10 @@ class GateSettings(BaseModel):
     kv_pool_plan_error: str | None = Field(default=None, description="Why there is no plan, when there is none.")
 
 
-def planned_pool(cfg: ReleaseConfig) -> PlannedPool:
-    """builder.plan's pool for the configured KV dtype (its budget as the target launches)."""
-    plan = plan_target(cfg, kv_dtypes=[cfg.kv_cache.dtype])
+def planned_pool(cfg: ReleaseConfig, *, model_dir: Path | None = None) -> PlannedPool:
+    """builder.plan's pool for the configured KV dtype (its budget as the target launches), from the
+    snapshot's config.json when `model_dir` is given, else the model's architecture file."""
+    plan = plan_target(cfg, kv_dtypes=[cfg.kv_cache.dtype], model_dir=model_dir)
     d = plan.dtypes[0]
     return PlannedPool(
         kv_cache_dtype=d.kv_cache_dtype, pool_tokens=d.pool_tokens, block_size=d.block_size,
@@ -67,12 +68,12 @@ def planned_pool(cfg: ReleaseConfig) -> PlannedPool:
     )
 
 
-def _pool_thresholds(cfg: ReleaseConfig) -> tuple[int, int, str, PlannedPool | None, str | None]:
+def _pool_thresholds(cfg: ReleaseConfig, model_dir: Path | None) -> tuple[int, int, str, PlannedPool | None, str | None]:
     """(floor, target, from, plan, plan error). Typed kv_cache.pool_gate_* win; the rest come from the
     plan: target = the planned pool, floor = the planned pool less a margin for the budget's estimates."""
     kv, srv = cfg.kv_cache, cfg.server
     try:
-        plan, error = planned_pool(cfg), None
+        plan, error = planned_pool(cfg, model_dir=model_dir), None
     except BuilderError as exc:
         plan, error = None, exc.message
     if kv.pool_gate_floor_tokens and kv.pool_gate_target_tokens:
@@ -91,8 +92,9 @@ def _pool_thresholds(cfg: ReleaseConfig) -> tuple[int, int, str, PlannedPool | N
     return floor, target, source, plan, error
 
 
-def gate_settings(cfg: ReleaseConfig) -> GateSettings:
-    """Resolve a config's gate settings. Unset KV pool bounds come from builder.plan."""
+def gate_settings(cfg: ReleaseConfig, *, model_dir: Path | None = None) -> GateSettings:
+    """Resolve a config's gate settings. Unset KV pool bounds come from builder.plan (planned from
+    `model_dir`'s config.json when the served snapshot is at hand)."""
     g, srv = cfg.gates, cfg.server
     expectations = g.expectations or cfg.model.served_name
     if not (EXPECTATIONS_DIR / f"{expectations}.toml").is_file():
@@ -102,7 +104,7 @@ def gate_settings(cfg: ReleaseConfig) -> GateSettings:
             hint=f"set gates.expectations to one of {sorted(p.stem for p in EXPECTATIONS_DIR.glob('*.toml'))} "
             f"or add builder/measure/expectations/{expectations}.toml",
         )
-    floor, target, source, plan, error = _pool_thresholds(cfg)
+    floor, target, source, plan, error = _pool_thresholds(cfg, model_dir)
     return GateSettings(
         gates=g,
         expectations=expectations,

@@ -22,6 +22,8 @@ GIB = 1 << 30
 Basis = Literal["config", "snapshot", "estimated", "assumed", "override"]
 #: Terms whose value this project has not measured; a pool computed from them is an estimate.
 UNCERTAIN: tuple[Basis, ...] = ("estimated", "assumed")
+#: vLLM's flag that sizes the KV cache per GPU in bytes, bypassing the profiling run.
+KV_MEMORY_FLAG = "--kv-cache-memory-bytes"
 
 
 class BudgetTerm(BaseModel):
@@ -65,12 +67,33 @@ def _estimate(term: str, value: Estimate | None, *, what: str) -> Estimate:
     return value
 
 
+def pinned_kv_bytes(cfg: ReleaseConfig) -> int | None:
+    """The per-GPU KV bytes a target pins with server.extra_args' --kv-cache-memory-bytes, if it does."""
+    args = cfg.server.extra_args
+    for i, arg in enumerate(args):
+        if arg == KV_MEMORY_FLAG:
+            value = args[i + 1] if i + 1 < len(args) else None
+        elif arg.startswith(KV_MEMORY_FLAG + "="):
+            value = arg.split("=", 1)[1]
+        else:
+            continue
+        if value is None or not value.isdigit() or int(value) == 0:
+            raise ConfigError(f"server.extra_args: {KV_MEMORY_FLAG} needs a positive whole number of bytes, got {value!r}",
+                              hint=f'write it as "{KV_MEMORY_FLAG}", "25769803776" (24 GiB), without units')
+        return int(value)
+    return None
+
+
 def kv_budget(cfg: ReleaseConfig, *, estimates: BudgetEstimates, snapshot_weight_bytes: int | None = None,
               snapshot_source: str | None = None, kv_memory_gib: float | None = None) -> KVBudget:
     """The per-GPU KV budget of a target (or the pinned ``kv_memory_gib``)."""
     if kv_memory_gib is not None:
         return KVBudget(terms=[BudgetTerm(name="KV cache memory (pinned)", bytes=int(kv_memory_gib * GIB),
                                           basis="override", source="--kv-memory-gib, as vLLM's --kv-cache-memory-bytes")])
+    pinned = pinned_kv_bytes(cfg)
+    if pinned is not None:
+        return KVBudget(terms=[BudgetTerm(name="KV cache memory (pinned)", bytes=pinned, basis="config",
+                                          source=f"server.extra_args {KV_MEMORY_FLAG} {pinned}")])
     t, srv = cfg.target, cfg.server
     if t.gpu_count == 0:
         space = srv.extra_env.get(ENV_CPU_KVCACHE_SPACE)

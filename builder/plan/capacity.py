@@ -17,7 +17,7 @@ from builder.plan.architecture import (
     load_architecture_file,
     load_model_dir,
 )
-from builder.plan.budget import KVBudget, kv_budget
+from builder.plan.budget import KVBudget, kv_budget, pinned_kv_bytes
 from builder.plan.grouping import CacheBucket, cdiv
 from builder.plan.layout import load_layout
 from builder.plan.models import CapacityPlan, DtypePlan, ServingSetup
@@ -207,7 +207,7 @@ def plan_capacity(cfg: ReleaseConfig, *, arch: ModelArchitecture, estimates: Bud
     """The plan for one target and model."""
     setup = serving_setup(cfg, arch, prefix_caching=prefix_caching)
     weights = source = None
-    if model_dir is not None and kv_memory_gib is None and cfg.target.gpu_count:
+    if model_dir is not None and kv_memory_gib is None and pinned_kv_bytes(cfg) is None and cfg.target.gpu_count:
         w = snapshot_weights(model_dir, ple_offload=cfg.ple.cpu_offload)
         weights, source = w.gpu_bytes, f"safetensors headers of {display_path(model_dir)} (PLE tables on the host left out)"
     budget = kv_budget(cfg, estimates=estimates, snapshot_weight_bytes=weights, snapshot_source=source,

@@ -47,6 +47,29 @@ def test_eager_drops_the_cuda_graph_term_and_a_pinned_budget_is_all_there_is(tar
     assert pinned.kv_bytes == int(13.75 * GIB) and pinned.exact
 
 
+@pytest.mark.parametrize("args", [["--kv-cache-memory-bytes", "25769803776"], ["--kv-cache-memory-bytes=25769803776"]])
+def test_a_target_that_pins_kv_bytes_in_its_launch_needs_no_estimates(target_data, args):
+    """vLLM sizes the cache from --kv-cache-memory-bytes alone; the weights no longer matter."""
+    from builder.plan.architecture import BudgetEstimates
+
+    data = target_data("h200")
+    data["server"]["extra_args"] = ["--max-num-seqs", "8", *args]
+    b = kv_budget(parse_config(data, source="t"), estimates=BudgetEstimates())
+    assert b.kv_bytes == 24 * GIB and b.exact and [t.basis for t in b.terms] == ["config"]
+    assert "server.extra_args" in b.terms[0].source
+    # The planner's own override still wins over the launch.
+    assert kv_budget(parse_config(data, source="t"), estimates=ESTIMATES, kv_memory_gib=2).kv_bytes == 2 * GIB
+
+
+@pytest.mark.parametrize("args", [["--kv-cache-memory-bytes"], ["--kv-cache-memory-bytes", "24GiB"],
+                                  ["--kv-cache-memory-bytes=0"]])
+def test_a_malformed_kv_bytes_pin_names_the_field(target_data, args):
+    data = target_data("h200")
+    data["server"]["extra_args"] = args
+    with pytest.raises(ConfigError, match="server.extra_args: --kv-cache-memory-bytes"):
+        kv_budget(parse_config(data, source="t"), estimates=ESTIMATES)
+
+
 def test_gpu_budget_without_an_estimate_says_how_to_fix_it():
     from builder.plan.architecture import BudgetEstimates
 
