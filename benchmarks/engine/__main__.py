@@ -17,12 +17,15 @@ import sys
 from pathlib import Path
 
 from builder.atomic import replace_dir
-from builder.constants import PATCHES_DIR, REPO_ROOT
+from builder.constants import LAUNCH_MIDDLEWARE_NAME, LAUNCH_TEMPLATES_DIR, PATCHES_DIR, REPO_ROOT
 from builder.errors import BuilderError, EngineHarnessError
 
 WHEELS_DIR = REPO_ROOT / ".cache" / "engine-wheels"
+#: The --middleware module the launch plan names; the launch script puts its folder on PYTHONPATH.
+LAUNCH_MIDDLEWARE_SRC = str((LAUNCH_TEMPLATES_DIR / Path(LAUNCH_MIDDLEWARE_NAME).name).relative_to(REPO_ROOT))
 #: What the device driver imports from the repo (copied into DIR/run).
-RUN_FILES = ("builder", "bundle/benchmark_vllm.py", "targets", "benchmarks/engine")
+RUN_FILES = ("builder", "bundle/benchmark_vllm.py", LAUNCH_MIDDLEWARE_SRC, str(PATCHES_DIR.relative_to(REPO_ROOT)),
+             "targets", "benchmarks/engine")
 
 
 def copy_run_tree(dest: Path) -> None:

@@ -46,6 +46,8 @@ BENCH_OUTPUT_TOKENS = 64
 LOG_TAIL_LINES = 300
 #: benchmarks.engine.model.MARKER (not imported: land runs before pydantic is installed).
 MODEL_MARKER = "qfn-small-model.json"
+#: builder.constants.LAUNCH_TEMPLATES_DIR, relative to the run tree (land runs before pydantic).
+LAUNCH_DIR = "bundle/launch"
 
 
 def log(msg: str) -> None:
@@ -57,8 +59,9 @@ def log(msg: str) -> None:
 
 
 def python_env(state: Path) -> dict[str, str]:
-    """The device python with the carried wheels and the engine tree in front of its own packages."""
-    paths = [str(state / "site"), str(state / "engine"), str(REPO)]
+    """The device python with the carried wheels and the engine tree in front of its own packages,
+    and the launch folder, as the rendered launch script sets it (the plan's --middleware lives there)."""
+    paths = [str(state / "site"), str(state / "engine"), str(REPO), str(REPO / LAUNCH_DIR)]
     env = dict(os.environ)
     env["PYTHONPATH"] = ":".join(paths + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
     env["QFN_REPO_ROOT"] = str(REPO)
@@ -139,6 +142,14 @@ def wait_model(state: Path, clock: Clock, limit_s: float) -> None:
         if time.monotonic() > deadline:
             raise RuntimeError("model generation still running at its time limit")
         time.sleep(1)
+
+
+def error_text(exc: BaseException, limit: int = 1500) -> str:
+    """The exception and the last frames it passed through: a device run is too dear to lose a cause."""
+    import traceback
+
+    frames = "".join(traceback.format_tb(exc.__traceback__)[-3:])
+    return f"{type(exc).__name__}: {exc}"[:limit // 2] + "\n" + frames[-(limit // 2):]
 
 
 def tail(path: Path, n: int = LOG_TAIL_LINES) -> str:
@@ -261,7 +272,7 @@ def weight_load_failed(causes: list[str]) -> bool:
     return any(m in c for c in causes for m in markers)
 
 
-async def run_gates(servers: dict, ready: list[str], work: Path) -> dict:
+async def run_gates(servers: dict, ready: list[str], work: Path, model_dir: Path) -> dict:
     from builder.config import config_digest
     from builder.measure.gates import run_gates_async
     from builder.measure.settings import gate_settings
@@ -271,13 +282,14 @@ async def run_gates(servers: dict, ready: list[str], work: Path) -> dict:
         s = servers[label]
         try:
             evs = await run_gates_async(
-                url=s["url"], target=TARGET, settings=gate_settings(s["cfg"]), config_digest=config_digest(s["cfg"]),
+                url=s["url"], target=TARGET, settings=gate_settings(s["cfg"], model_dir=model_dir), config_digest=config_digest(s["cfg"]),
                 out_dir=work / f"gates-{label}", only=list(GATES), server_log=s["log"].read_text(errors="replace"),
             )
             out[label] = {ev.gate: {"verdict": ev.verdict, "summary": ev.summary, "observed": ev.observed} for ev in evs}
-        except Exception as exc:  # recorded, the next phase still runs
-            out[label] = {"error": f"{type(exc).__name__}: {exc}"[:500]}
-        log(f"gates {label}: " + json.dumps({k: v.get("summary", v) for k, v in out[label].items()})[:300])
+        except Exception as exc:  # recorded with where it came from; the next arm and phase still run
+            out[label] = {"error": error_text(exc)}
+        log(f"gates {label}: " + json.dumps({k: v["summary"] if isinstance(v, dict) else v
+                                             for k, v in out[label].items()})[:300])
     return out
 
 
@@ -342,14 +354,18 @@ async def run_bench(servers: dict, ready: list[str], work: Path, clock: Clock, r
 
     cells, skipped = [], []
     n = 0
+    s_per_token = 0.0  # seconds per prompt token of the last cell: a cell that cannot finish in time is skipped
     async with httpx.AsyncClient(trust_env=False) as client:
         for length in BENCH_LENGTHS:
             for conc in BENCH_CONCURRENCY:
-                if clock.left() < reserve_s:
-                    skipped.append({"input_len": length, "concurrency": conc, "reason": "device budget"})
+                tokens = length * max(conc, 2) * len(ready)
+                if clock.left() < reserve_s + s_per_token * tokens:
+                    skipped.append({"input_len": length, "concurrency": conc, "reason": "device budget",
+                                    "estimated_s": round(s_per_token * tokens, 1)})
                     continue
                 order = ready[n % len(ready):] + ready[:n % len(ready)]
                 n += 1
+                started = time.monotonic()
                 for label in order:
                     s = servers[label]
                     wl = bench.Workload(f"in{length}-c{conc}", "concurrency", length, BENCH_OUTPUT_TOKENS,
@@ -361,13 +377,14 @@ async def run_bench(servers: dict, ready: list[str], work: Path, clock: Clock, r
                         res["mtp_acceptance"] = bench.acceptance_rate(before, after)
                         res["kv_pool_tokens"] = bench.kv_pool_tokens(after)
                     except Exception as exc:
-                        res = {"workload": wl.name, "error": f"{type(exc).__name__}: {exc}"[:300]}
+                        res = {"workload": wl.name, "error": error_text(exc, 600)}
                     res.update(arm=label, kv_cache_dtype=dict((a, d) for a, d, _ in ARMS)[label], position=order.index(label))
                     cells.append(res)
                     (work / f"bench-{label}-{wl.name}.json").write_text(json.dumps(res, indent=2))
                     log(f"bench {label} {wl.name}: ttft {res.get('mean_ttft_ms', 0):.0f} ms, decode "
                         f"{res.get('mean_decode_tok_s', 0):.1f} tok/s, mtp {res.get('mtp_acceptance')}, "
                         f"ok {res.get('completed')}/{wl.num_prompts} {res.get('error', '')}")
+                s_per_token = (time.monotonic() - started) / tokens  # the largest cell yet: closest to prefill-bound
     return {"cells": cells, "skipped": skipped}
 
 
@@ -419,21 +436,21 @@ def measure(*, carried: Path, state: Path, out: Path, budget_s: float) -> int:
         pack(out, work, summary)
         if not ready:
             raise RuntimeError("no server became ready")
-        summary["gates"] = asyncio.run(run_gates(servers, ready, work))
+        summary["gates"] = asyncio.run(run_gates(servers, ready, work, state / "model"))
         summary["phases"]["gates_s"] = clock.elapsed()
         pack(out, work, summary)
         if clock.left() > 45:
             try:
                 summary["fidelity"] = asyncio.run(run_fidelity(servers, ready, state / "model"))
             except Exception as exc:
-                summary["fidelity"] = {"error": f"{type(exc).__name__}: {exc}"[:500]}
+                summary["fidelity"] = {"error": error_text(exc)}
             summary["phases"]["fidelity_s"] = clock.elapsed()
             pack(out, work, summary)
         summary["bench"] = asyncio.run(run_bench(servers, ready, work, clock, reserve_s=25))
         summary["phases"]["bench_s"] = clock.elapsed()
         return 0
     except Exception as exc:
-        summary["error"] = f"{type(exc).__name__}: {exc}"[:2000]
+        summary["error"] = error_text(exc, 3000)
         log(f"ERROR {summary['error']}")
         return 1
     finally:

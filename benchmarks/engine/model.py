@@ -49,7 +49,8 @@ class SmallQwen4Exp(BaseModel):
     head_dim: int = 256
     partial_rotary_factor: float = 0.25
     rope_theta: float = 10_000_000.0
-    indexer_n_heads: int = 16
+    indexer_n_heads: int = Field(8, description="The most the upstream indexer prefill kernel fits on sm_90 "
+                                 "(see indexer_prefill_smem); 16 failed there once prompts passed the budget.")
     indexer_kv_heads: int = 1
     indexer_head_dim: int = 128
     indexer_budget: int = 2048
@@ -90,6 +91,17 @@ class SmallQwen4Exp(BaseModel):
 
 #: vLLM 0.33.0's compiled cooperative_topk kernel handles only these k.
 SUPPORTED_TOPK = (512, 1024, 2048)
+#: Shared memory per block on sm_90 (the H200), as Triton reports its hardware limit.
+SM90_SMEM_BYTES = 232_448
+
+
+def indexer_prefill_smem(spec: SmallQwen4Exp) -> int:
+    """Shared memory of vLLM 0.33.0's `_qsa_mqa_paged_prefill_kernel` at its bf16 tuning (TILE_R 64,
+    BLOCK_N 64, 2 stages): the whole query tile, two K stages and 8 KiB of scratch. It matches the
+    303,104 bytes Triton refused on the H200 at 16 indexer heads x 128."""
+    pow2 = lambda n: 1 << (n - 1).bit_length()  # noqa: E731
+    d = max(16, pow2(spec.indexer_head_dim))
+    return 64 * pow2(spec.indexer_n_heads) * d * 2 + 2 * 64 * d * 2 + 8192
 
 
 class GeneratedModel(BaseModel):
@@ -109,6 +121,12 @@ def check_spec(spec: SmallQwen4Exp) -> None:
         raise ValueError(
             f"indexer_budget / indexer_compress_ratio = {spec.topk}: vLLM 0.33.0's cooperative_topk "
             f"supports k in {SUPPORTED_TOPK} only; change indexer_budget or indexer_compress_ratio"
+        )
+    if indexer_prefill_smem(spec) > SM90_SMEM_BYTES:
+        raise ValueError(
+            f"indexer_n_heads {spec.indexer_n_heads} x indexer_head_dim {spec.indexer_head_dim}: vLLM 0.33.0's QSA "
+            f"indexer prefill kernel needs {indexer_prefill_smem(spec):,} B of shared memory, over sm_90's "
+            f"{SM90_SMEM_BYTES:,}, and fails once a prompt passes the indexer budget; use at most 8 heads x 128"
         )
     if spec.num_hidden_layers % spec.qsa_every:
         raise ValueError("num_hidden_layers must be a multiple of qsa_every (the last layer is QSA)")

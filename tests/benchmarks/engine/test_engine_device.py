@@ -105,3 +105,62 @@ def test_the_run_tree_replaces_only_what_copy_run_tree_wrote(tmp_path):
     assert _earlier_run_tree(run) is None
     (run / "notes.txt").write_text("mine")
     assert "notes.txt" in _earlier_run_tree(run)
+
+
+def test_the_servers_can_import_every_module_the_launch_plan_names(tmp_path):
+    """Call 16 died in build_app: the plan's --middleware module was not in the carry."""
+    import subprocess
+    import sys
+
+    from benchmarks.engine.__main__ import copy_run_tree
+
+    run = tmp_path / "run"
+    run.mkdir()
+    copy_run_tree(run)
+    plan = launch_plan(device.arm_config(load_target(device.TARGET), kv_dtype="int8_per_token_head", port=8101))
+    modules = [f.value.rsplit(".", 1)[0] for f in plan.flags if f.flag == "--middleware"]
+    assert modules, "the h200 launch names its middleware"
+    # The driver as copied to the device, asked for the environment it gives each server.
+    env_json = subprocess.run(
+        [sys.executable, "-c", "import json, sys; from pathlib import Path; sys.path.insert(0, sys.argv[1]);"
+         " import device; print(json.dumps(device.python_env(Path(sys.argv[2]))['PYTHONPATH']))",
+         str(run / "benchmarks" / "engine"), str(tmp_path / "state")],
+        capture_output=True, text=True, check=True, cwd=tmp_path).stdout
+    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": json.loads(env_json)}
+    for mod in modules:
+        r = subprocess.run([sys.executable, "-c", f"import {mod}"], env=env, cwd=tmp_path, capture_output=True, text=True)
+        assert r.returncode == 0, r.stderr
+
+
+def test_gate_settings_resolve_for_every_arm_from_the_generated_config(tmp_path):
+    """Call 19's servers were ready and every gate then failed: h200-small has no architecture file
+    and no weight estimate. The driver plans from the generated config.json and the pinned KV bytes."""
+    from builder.measure.settings import gate_settings
+
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text(json.dumps(
+        gen.text_config(gen.SmallQwen4Exp(), vocab_size=49280, bos=1, eos=2, pad=2)))
+    # As on the device: the driver's builder is the copied run tree's (call 22 lacked the patch series).
+    import subprocess
+    import sys
+
+    from benchmarks.engine.__main__ import copy_run_tree
+
+    run = tmp_path / "run"
+    run.mkdir()
+    copy_run_tree(run)
+    script = (
+        "import json, sys; from pathlib import Path; import device; from builder.config import load_target;"
+        " from builder.measure.settings import gate_settings; base = load_target(device.TARGET);"
+        " print(json.dumps({l: gate_settings(device.arm_config(base, kv_dtype=d, port=p), model_dir=Path(sys.argv[1]))"
+        ".kv_pool_plan.model_dump(mode='json') for l, d, p in device.ARMS}))")
+    r = subprocess.run([sys.executable, "-c", script, str(model)], capture_output=True, text=True, cwd=tmp_path,
+                       env={"PATH": "/usr/bin:/bin", "PYTHONPATH": f"{run}:{run / 'benchmarks' / 'engine'}"})
+    assert r.returncode == 0, r.stderr[-2000:]
+    pools = {}
+    for label, plan in json.loads(r.stdout.strip().splitlines()[-1]).items():
+        assert plan["kv_bytes"] == 24 << 30 and plan["budget_exact"]
+        pools[label] = plan["pool_tokens"]
+    # 512/520 of fp8 (the side-scale tail); under 2x bf16 because each hybrid page also holds GDN state.
+    assert pools["int8"] > pools["fp8"] * 0.98 and pools["int8"] > pools["bf16"] * 1.85

@@ -32,6 +32,14 @@ def test_a_topk_the_compiled_kernel_lacks_is_refused():
         gen.check_spec(gen.SmallQwen4Exp(indexer_budget=1024, indexer_compress_ratio=4))  # k = 256
 
 
+def test_an_indexer_the_upstream_prefill_kernel_cannot_fit_on_sm90_is_refused():
+    """Call 22: every server died in _qsa_mqa_paged_prefill_kernel at 16 heads (303,104 B > 232,448 B)."""
+    assert gen.indexer_prefill_smem(gen.SmallQwen4Exp(indexer_n_heads=16)) == 303_104
+    with pytest.raises(ValueError, match="shared memory"):
+        gen.check_spec(gen.SmallQwen4Exp(indexer_n_heads=16))
+    gen.check_spec(gen.SmallQwen4Exp())
+
+
 def test_config_carries_what_vllm_reads():
     cfg = gen.text_config(gen.SmallQwen4Exp(), vocab_size=49280, bos=1, eos=2, pad=2)
     assert cfg["architectures"] == ["Qwen4ExpForCausalLM"] and cfg["model_type"] == "qwen4_exp_text"
