@@ -9,6 +9,7 @@
 #
 #   Current evidence (issue 13):
 #   benchmarks/kernel_evidence.sh PATCHED UPSTREAM OUT grid-sweep grid tests mutation-window accuracy store-bench fix-speed deferred-bias emulation
+#   and on the fixed kernel (2026-11-30; PATCHED/UPSTREAM need only vllm/models/qwen4_exp/nvidia/ops): memcheck ncu
 #   Earlier evidence (kernel before issue 13; files named in evidence/kernels/README.md):
 #   benchmarks/kernel_evidence.sh PATCHED UPSTREAM OUT memcheck mutation sweep layouts trims store ncu
 #
@@ -81,7 +82,9 @@ for step in "$@"; do
       python benchmarks/qsa_store_bench.py --engine "$E" --out "$OUT" > "$OUT/qsa-int8-store-h200.txt" 2>&1 ;;
     memcheck)
       compute-sanitizer --tool memcheck python -m pytest -p no:cacheprovider bundle/patches/int8_unit_test.py \
-        -k "memcheck or quantize_on_write" -s > "$OUT/int8_unit_test-memcheck-h200.log" 2>&1 ;;
+        -k "memcheck or quantize_on_write" -s > "$OUT/int8_unit_test-memcheck-h200.log" 2>&1
+      compute-sanitizer --tool racecheck python -m pytest -p no:cacheprovider bundle/patches/int8_unit_test.py \
+        -k memcheck -s > "$OUT/int8_unit_test-racecheck-h200.log" 2>&1 ;;
     mutation)
       # The bias-fold test must fail on a kernel that sums Q in fp16.
       python -m pytest -p no:cacheprovider bundle/patches/int8_unit_test.py -k bias_fold -s \
