@@ -1,4 +1,4 @@
-"""`python -m builder.selfcheck`: the patched engine's checks and the launch lint, on CPU.
+"""`python -m builder.selfcheck`: the patched engine's checks, its runtime pieces and the launch lint, on CPU.
 
 In a GPU image: `docker run --rm IMAGE qfn-selfcheck`. Exit 0 when everything passed, 1 when a
 check or the lint failed (the engine's own message is printed), 2 on bad usage.
@@ -16,9 +16,11 @@ from pathlib import Path
 
 from builder.selfcheck.engine import NotPatched, engine_checks, patched_backend
 from builder.selfcheck.lint import LintFailed, TargetGpu, lint_launch
+from builder.selfcheck.runtime import runtime_checks
 
 DEFAULT_TARGET_FILE = Path("/opt/qfn/selfcheck/target.json")
 DEFAULT_LAUNCH = Path("/opt/qfn/launch/run_qsa_int8kv.sh")
+PARTS = ("engine", "runtime", "lint")
 
 
 def _say(line: str) -> None:
@@ -47,6 +49,18 @@ def run_engine_checks() -> bool:
     return ok
 
 
+def run_runtime_checks(arch: str) -> bool:
+    _say(f"== runtime pieces (what the engine reaches for on a GPU, {arch}) ==")
+    ok = True
+    for name, check in runtime_checks(arch):
+        try:
+            _say(f"ok   {name}: {check()}")
+        except Exception as exc:
+            ok = False
+            _say(f"FAIL {name}: {_one_line(str(exc))}")
+    return ok
+
+
 def run_lint(*, launch: Path, gpu: TargetGpu, launch_dirs: tuple[str, ...] = ()) -> bool:
     _say(f"== launch lint ({launch}, as {gpu.name}: {gpu.count}x {gpu.arch}, {gpu.memory_gib:g} GiB) ==")
     try:
@@ -67,7 +81,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="qfn-selfcheck", description=__doc__.splitlines()[0])
     ap.add_argument("--target-file", type=Path, default=DEFAULT_TARGET_FILE, help="the image's target facts (JSON)")
     ap.add_argument("--launch", type=Path, default=DEFAULT_LAUNCH, help="the rendered launch script")
-    ap.add_argument("--only", choices=["engine", "lint"], help="run one half")
+    ap.add_argument("--only", choices=list(PARTS), help="run one part")
     args = ap.parse_args(argv)
     if not args.target_file.is_file():
         print(f"qfn-selfcheck: {args.target_file} is missing (not a GPU image of qfn-int8kv?)", file=sys.stderr)
@@ -77,13 +91,15 @@ def main(argv: list[str] | None = None) -> int:
     start = time.monotonic()
     ok = True
     if args.only is None:
-        # Each half in its own interpreter: the lint must set vLLM's platform before any engine module
+        # Each part in its own interpreter: the lint must set vLLM's platform before any engine module
         # binds it, and the engine checks import half the engine.
-        for half in ("engine", "lint"):
-            cmd = [sys.executable, "-m", "builder.selfcheck", "--only", half, "--target-file", str(args.target_file), "--launch", str(args.launch)]
+        for part in PARTS:
+            cmd = [sys.executable, "-m", "builder.selfcheck", "--only", part, "--target-file", str(args.target_file), "--launch", str(args.launch)]
             ok &= subprocess.run(cmd, check=False).returncode == 0
     elif args.only == "engine":
         ok &= run_engine_checks()
+    elif args.only == "runtime":
+        ok &= run_runtime_checks(gpu.arch)
     else:
         ok &= run_lint(launch=args.launch, gpu=gpu, launch_dirs=tuple(facts.get("launch_dirs", ())))
     _say(f"== self-check{'' if args.only is None else ' (' + args.only + ')'} {'passed' if ok else 'FAILED'} in {time.monotonic() - start:.0f} s ==")
