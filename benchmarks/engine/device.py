@@ -356,6 +356,14 @@ async def run_bench(servers: dict, ready: list[str], work: Path, clock: Clock, r
     n = 0
     s_per_token = 0.0  # seconds per prompt token of the last cell: a cell that cannot finish in time is skipped
     async with httpx.AsyncClient(trust_env=False) as client:
+        # Untimed: the first request of a server compiles its prefill kernels (call 25's first cell
+        # measured 1,347 ms TTFT for the arm that went first, ~110 ms for the others).
+        for label in ready:
+            warm = bench.Workload("warm-up", "concurrency", BENCH_LENGTHS[0], 4, 1, 1)
+            try:
+                await bench.run_workload(client, servers[label]["url"], servers[label]["cfg"].model.served_name, warm)
+            except Exception as exc:
+                log(f"bench warm-up {label}: {error_text(exc, 300)}")
         for length in BENCH_LENGTHS:
             for conc in BENCH_CONCURRENCY:
                 tokens = length * max(conc, 2) * len(ready)
