@@ -333,7 +333,7 @@ async def run_fidelity(servers: dict, ready: list[str], model_dir: Path) -> dict
 
     labels = [label for label in ("bf16", "int8", "fp8") if label in ready]
     results = dict(zip(labels, await asyncio.gather(*(query(label) for label in labels))))
-    # Control: bf16 against itself (a second pass, now from its prefix cache): the noise floor.
+    # Control: bf16 against itself (a second pass: greedy from its prefix cache, scored prefilled anew): the noise floor.
     results["bf16-repeat"] = await query("bf16")
     out = {"prompts": len(prompts), "prompt_tokens": FIDELITY_PROMPT_TOKENS, "greedy_tokens": FIDELITY_GREEDY_TOKENS,
            "sample_ids": FIDELITY_SAMPLE_IDS, "vocab_size": vocab, "reference": "bf16", "compare": {}}

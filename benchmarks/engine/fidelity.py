@@ -20,6 +20,7 @@ import asyncio
 import math
 import random
 import statistics
+import uuid
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
@@ -82,38 +83,65 @@ async def _post(client: httpx.AsyncClient, url: str, body: dict[str, Any]) -> di
     return data
 
 
-async def query_prompt(
-    client: httpx.AsyncClient, url: str, model: str, prompt_ids: list[int], *, ids: list[int], greedy_tokens: int,
-) -> PromptResult:
-    """Greedy continuation (token ids) and the sampled ids' log-probs at the first generated position."""
-    out = PromptResult()
+_ERRORS = (httpx.HTTPError, RuntimeError, KeyError, IndexError, ValueError)
+
+
+def _common(model: str, prompt_ids: list[int]) -> dict[str, Any]:
+    return {"model": model, "prompt": prompt_ids, "temperature": 0.0, "return_tokens_as_token_ids": True}
+
+
+async def query_greedy(client: httpx.AsyncClient, url: str, model: str, prompt_ids: list[int], *,
+                       greedy_tokens: int, out: PromptResult) -> None:
     try:
-        common = {"model": model, "prompt": prompt_ids, "temperature": 0.0, "return_tokens_as_token_ids": True}
-        greedy = await _post(client, url, {**common, "max_tokens": greedy_tokens, "logprobs": 0, "ignore_eos": True})
-        out.greedy = [parse_token_id(t) for t in greedy["choices"][0]["logprobs"]["tokens"]]
-        scored = await _post(client, url, {**common, "max_tokens": 1, "logprobs": 1, "logprob_token_ids": ids})
-        top = scored["choices"][0]["logprobs"]["top_logprobs"][0]
+        r = await _post(client, url, {**_common(model, prompt_ids), "max_tokens": greedy_tokens, "logprobs": 0,
+                                      "ignore_eos": True})
+        out.greedy = [parse_token_id(t) for t in r["choices"][0]["logprobs"]["tokens"]]
+    except _ERRORS as exc:
+        out.error = f"{type(exc).__name__}: {exc}"[:300]
+
+
+async def query_scored(client: httpx.AsyncClient, url: str, model: str, prompt_ids: list[int], *,
+                       ids: list[int], salt: str, out: PromptResult) -> None:
+    """The sampled ids' log-probs at the first generated position. vLLM 0.33.0's rejection sampler
+    (any step holding a draft token) drops `logprob_token_ids`, and a fully cached prompt is admitted
+    with placeholder drafts: so this runs only after every greedy request has finished, and with a
+    `cache_salt` of its own so the prompt is prefilled, not found in the prefix cache."""
+    try:
+        r = await _post(client, url, {**_common(model, prompt_ids), "max_tokens": 1, "logprobs": 1,
+                                      "logprob_token_ids": ids, "cache_salt": salt})
+        top = r["choices"][0]["logprobs"]["top_logprobs"][0]
         out.sampled_logprobs = {parse_token_id(k): float(v) for k, v in top.items()}
         missing = set(ids) - set(out.sampled_logprobs)
         if missing:
             raise RuntimeError(f"server returned no log-prob for {len(missing)} of the {len(ids)} sampled ids")
-    except (httpx.HTTPError, RuntimeError, KeyError, IndexError, ValueError) as exc:
+    except _ERRORS as exc:
         out.error = f"{type(exc).__name__}: {exc}"[:300]
-    return out
 
 
 async def query_server(
     url: str, model: str, prompts: list[list[int]], *, ids_per_prompt: list[list[int]], greedy_tokens: int,
     concurrency: int = 32,
 ) -> list[PromptResult]:
+    """Two phases: every greedy continuation, then (none decoding any more) every scored request."""
     gate = asyncio.Semaphore(concurrency)
+    results = [PromptResult() for _ in prompts]
+    run = uuid.uuid4().hex[:12]
     async with httpx.AsyncClient(trust_env=False) as client:
 
-        async def one(i: int) -> PromptResult:
+        async def greedy(i: int) -> None:
             async with gate:
-                return await query_prompt(client, url, model, prompts[i], ids=ids_per_prompt[i], greedy_tokens=greedy_tokens)
+                await query_greedy(client, url, model, prompts[i], greedy_tokens=greedy_tokens, out=results[i])
 
-        return list(await asyncio.gather(*(one(i) for i in range(len(prompts)))))
+        async def scored(i: int) -> None:
+            if results[i].error:
+                return
+            async with gate:
+                await query_scored(client, url, model, prompts[i], ids=ids_per_prompt[i],
+                                   salt=f"qfn-fidelity-{run}-{i}", out=results[i])
+
+        await asyncio.gather(*(greedy(i) for i in range(len(prompts))))
+        await asyncio.gather(*(scored(i) for i in range(len(prompts))))
+    return results
 
 
 def compare(reference: list[PromptResult], other: list[PromptResult], *, vocab_size: int) -> dict[str, Any]:

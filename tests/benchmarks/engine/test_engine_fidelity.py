@@ -3,6 +3,7 @@ samples, and agreement counts what it says."""
 
 from __future__ import annotations
 
+import json
 import math
 import random
 import statistics
@@ -96,3 +97,67 @@ def test_compare_counts_errors_and_averages_the_rest():
     assert out["greedy_agreement"] == pytest.approx(2 / 3)
     assert out["first_token_agreement"] == 1.0
     assert out["mean_kl"] == pytest.approx(exact_kl(p, q))
+
+
+class _Recorder:
+    """A real HTTP server on a free port answering /v1/completions as vLLM does, recording when
+    each request kind started and ended."""
+
+    def __init__(self, vocab: int = 64) -> None:
+        import http.server
+        import threading
+
+        self.events: list[tuple[str, str, float, dict]] = []
+        lock = threading.Lock()
+        recorder = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def log_message(self, *a):  # quiet
+                pass
+
+            def do_POST(self):
+                import time
+
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                kind = "scored" if body.get("logprob_token_ids") else "greedy"
+                with lock:
+                    recorder.events.append((kind, "start", time.monotonic(), body))
+                time.sleep(0.05 if kind == "greedy" else 0.01)
+                n = body["max_tokens"]
+                top = [{f"token_id:{t}": -4.0 for t in body.get("logprob_token_ids", [])}] if kind == "scored" else None
+                resp = {"choices": [{"logprobs": {"tokens": [f"token_id:{i % vocab}" for i in range(n)],
+                                                  "top_logprobs": top}}]}
+                data = json.dumps(resp).encode()
+                with lock:
+                    recorder.events.append((kind, "end", time.monotonic(), body))
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+
+def test_scored_requests_start_after_every_greedy_one_ended_each_with_its_own_cache_salt():
+    """vLLM 0.33.0 drops logprob_token_ids in any step holding a draft token (call 25: 97 of 100
+    prompts lost them): no greedy decode may overlap a scored request, and no scored prompt may
+    come from the prefix cache (a cached prompt is admitted with placeholder drafts)."""
+    import asyncio
+
+    srv = _Recorder()
+    try:
+        prompts = [[1, 2, 3, i] for i in range(12)]
+        ids = [fidelity.sample_ids(vocab_size=64, m=8, seed=i) for i in range(12)]
+        res = asyncio.run(fidelity.query_server(srv.url, "m", prompts, ids_per_prompt=ids, greedy_tokens=4, concurrency=5))
+    finally:
+        srv.server.shutdown()
+    assert all(not r.error and len(r.sampled_logprobs) == 8 and len(r.greedy) == 4 for r in res)
+    last_greedy_end = max(t for k, e, t, _ in srv.events if k == "greedy" and e == "end")
+    first_scored_start = min(t for k, e, t, _ in srv.events if k == "scored" and e == "start")
+    assert first_scored_start >= last_greedy_end
+    salts = [b.get("cache_salt") for k, e, _, b in srv.events if k == "scored" and e == "start"]
+    assert len(salts) == 12 and None not in salts and len(set(salts)) == 12
+    assert all("cache_salt" not in b for k, e, _, b in srv.events if k == "greedy")
