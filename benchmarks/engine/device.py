@@ -35,6 +35,8 @@ TARGET = "h200-small"
 #: (label, --kv-cache-dtype, port): int8 is the release's, fp8 the alternative, auto = bf16.
 ARMS = (("int8", "int8_per_token_head", 8101), ("fp8", "fp8", 8102), ("bf16", "auto", 8103))
 GATES = ("kv_pool", "determinism", "prefix_cache")
+#: What `measure` runs once the servers are ready, in this order.
+PHASES = ("gates", "fidelity", "bench")
 FIDELITY_PROMPTS = 100
 #: Longer than the QSA budget (2048 selected tokens), so the sparse selection is active.
 FIDELITY_PROMPT_TOKENS = 3072
@@ -408,7 +410,7 @@ def pack(out: Path, work: Path, summary: dict) -> None:
     tmp.rename(out / "results.tar.gz")
 
 
-def measure(*, carried: Path, state: Path, out: Path, budget_s: float) -> int:
+def measure(*, carried: Path, state: Path, out: Path, budget_s: float, phases: tuple[str, ...] = PHASES) -> int:
     import asyncio
 
     clock = Clock(budget_s)
@@ -428,7 +430,8 @@ def measure(*, carried: Path, state: Path, out: Path, budget_s: float) -> int:
         extra: list[str] = []
         for attempt in ("checkpoint", "dummy"):
             servers = start_servers(state=state, work=work, extra_args=extra, attempt=attempt)
-            states = wait_servers(servers, timeout_s=max(30.0, clock.left() - 90))
+            # What is left after ready is for the phases: gates alone take ~85 s for three arms.
+            states = wait_servers(servers, timeout_s=max(30.0, clock.left() - (90 if "gates" in phases else 40)))
             summary.setdefault("attempts", {})[attempt] = {
                 k: {"state": v, "argv": servers[k]["argv"], "env": servers[k]["env"], "ready_s": servers[k].get("ready_s"),
                     "root_cause": root_cause(servers[k]["log"])} for k, v in states.items()}
@@ -444,18 +447,20 @@ def measure(*, carried: Path, state: Path, out: Path, budget_s: float) -> int:
         pack(out, work, summary)
         if not ready:
             raise RuntimeError("no server became ready")
-        summary["gates"] = asyncio.run(run_gates(servers, ready, work, state / "model"))
-        summary["phases"]["gates_s"] = clock.elapsed()
-        pack(out, work, summary)
-        if clock.left() > 45:
+        if "gates" in phases:
+            summary["gates"] = asyncio.run(run_gates(servers, ready, work, state / "model"))
+            summary["phases"]["gates_s"] = clock.elapsed()
+            pack(out, work, summary)
+        if "fidelity" in phases and clock.left() > 30:
             try:
                 summary["fidelity"] = asyncio.run(run_fidelity(servers, ready, state / "model"))
             except Exception as exc:
                 summary["fidelity"] = {"error": error_text(exc)}
             summary["phases"]["fidelity_s"] = clock.elapsed()
             pack(out, work, summary)
-        summary["bench"] = asyncio.run(run_bench(servers, ready, work, clock, reserve_s=25))
-        summary["phases"]["bench_s"] = clock.elapsed()
+        if "bench" in phases:
+            summary["bench"] = asyncio.run(run_bench(servers, ready, work, clock, reserve_s=25))
+            summary["phases"]["bench_s"] = clock.elapsed()
         return 0
     except Exception as exc:
         summary["error"] = error_text(exc, 3000)
@@ -476,6 +481,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--state", type=Path, default=Path("/tmp/e18"), help="kept between warm calls")
     p.add_argument("--out", type=Path, help="measure: where results go ($OUT)")
     p.add_argument("--budget-s", type=float, default=510.0, help="measure: stop starting new work after this")
+    p.add_argument("--phases", default=",".join(PHASES),
+                   help=f"measure: which of {','.join(PHASES)} to run after ready (a short device budget picks)")
     args = p.parse_args(argv)
     if not (args.carried / MANIFEST).is_file():
         p.error(f"--carried {args.carried} has no {MANIFEST}")
@@ -487,7 +494,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.budget_s <= 0:
         p.error("--budget-s must be positive")
     args.out.mkdir(parents=True, exist_ok=True)
-    return measure(carried=args.carried, state=args.state, out=args.out, budget_s=args.budget_s)
+    phases = tuple(x for x in args.phases.split(",") if x)
+    if not phases or set(phases) - set(PHASES):
+        p.error(f"--phases: choose from {','.join(PHASES)}, got {args.phases!r}")
+    return measure(carried=args.carried, state=args.state, out=args.out, budget_s=args.budget_s, phases=phases)
 
 
 if __name__ == "__main__":

@@ -61,6 +61,10 @@ def test_arguments_are_checked(tmp_path, capsys):
     with pytest.raises(SystemExit):
         device.main(["measure", "--carried", str(tmp_path), "--out", str(tmp_path / "o"), "--budget-s", "0"])
     assert "--budget-s" in capsys.readouterr().err
+    for bad in ("", "gates,latency"):
+        with pytest.raises(SystemExit):
+            device.main(["measure", "--carried", str(tmp_path), "--out", str(tmp_path / "o"), "--phases", bad])
+        assert "--phases: choose from gates,fidelity,bench" in capsys.readouterr().err
 
 
 def test_root_cause_and_weight_load_triage(tmp_path):
