@@ -3,7 +3,8 @@
 Attention is shaped like Qwen3.8-Flash-Next's (24 query heads, 2 KV heads, head_dim 256, QSA with
 the real indexer budget 2048 / compress ratio 4, i.e. top-k 512, one the compiled
 cooperative_topk supports), GDN layers between the QSA layers, a sparse MoE with a shared expert,
-hyper-connections, and one MTP layer. No PLE layers: the PLE mmap patch is not in the series yet.
+hyper-connections, and one MTP layer. No PLE layers yet: the PLE mmap patch is in the series, but
+this generator writes no PLE table (open work).
 
 Transformers' own Qwen4Exp model is built from the config and initialised by its `_init_weights`
 (normal std = initializer_range = 0.02, zero-centred RMSNorm weights, so every norm scales by 1)
