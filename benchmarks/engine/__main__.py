@@ -45,9 +45,13 @@ def _earlier_run_tree(dest: Path) -> str | None:
     return f"holds {', '.join(extra[:5])}, which copy_run_tree does not write" if extra else None
 
 
-def device_calls(*, out: Path, repo_rel: str, pieces: list[str], budget_s: int) -> list[dict]:
+#: The device kind each --layout needs.
+LAYOUT_KINDS = {"tp1": "nvidia-h200", "tp2-ep": "nvidia-h200-x2"}
+
+
+def device_calls(*, out: Path, repo_rel: str, pieces: list[str], budget_s: int, layout: str = "tp1") -> list[dict]:
     """One call per piece; the last one also measures. Paths are relative to the repo root the
-    run tool sends (carry names them there)."""
+    run tool sends (carry names them there); `kind` is the device kind every call must ask for."""
     run = f"{repo_rel}/run"
     carry_dir = f"{repo_rel}/carry"
     driver = f"python3 {run}/benchmarks/engine/device.py"
@@ -56,15 +60,15 @@ def device_calls(*, out: Path, repo_rel: str, pieces: list[str], budget_s: int) 
         last = i == len(pieces) - 1
         cmd = (
             f"set -o pipefail; PYTHONUNBUFFERED=1 {driver} measure --carried {carry_dir} --state /tmp/e18 "
-            f"--out $OUT --budget-s {budget_s} 2>&1 | tee $OUT/driver.log"
+            f"--out $OUT --budget-s {budget_s} --layout {layout} 2>&1 | tee $OUT/driver.log"
             if last else f"{driver} land --carried {carry_dir} --state /tmp/e18"
         )
         calls.append({"carry": [run, f"{carry_dir}/manifest.json", f"{carry_dir}/{piece}"], "command": cmd,
-                      "timeout_s": budget_s + 90 if last else 240})
+                      "timeout_s": budget_s + 90 if last else 240, "kind": LAYOUT_KINDS[layout]})
     return calls
 
 
-def prepare(*, out: Path, repo_rel: str, budget_s: int, piece_mib: int) -> dict:
+def prepare(*, out: Path, repo_rel: str, budget_s: int, piece_mib: int, layout: str = "tp1") -> dict:
     from benchmarks.engine.carry import assemble
     from benchmarks.engine.lock import fetch_wheels
     from builder.hashing import sha256_file
@@ -82,7 +86,8 @@ def prepare(*, out: Path, repo_rel: str, budget_s: int, piece_mib: int) -> dict:
     )
     with replace_dir(out / "run", replaceable=_earlier_run_tree, what="run tree", error=EngineHarnessError) as run:
         copy_run_tree(run)
-    calls = device_calls(out=out, repo_rel=repo_rel, pieces=[p.name for p in manifest.pieces], budget_s=budget_s)
+    calls = device_calls(out=out, repo_rel=repo_rel, pieces=[p.name for p in manifest.pieces], budget_s=budget_s,
+                         layout=layout)
     (out / "calls.json").write_text(json.dumps(calls, indent=2) + "\n")
     return {"pieces": [(p.name, p.size) for p in manifest.pieces], "calls": calls}
 
@@ -97,6 +102,8 @@ def main(argv: list[str] | None = None) -> int:
     prep.add_argument("--repo-root", type=Path, required=True, help="that checkout's root (calls name paths from it)")
     prep.add_argument("--budget-s", type=int, default=510, help="the measuring call's own budget (its call gets 90 s more, up to the 600 s a device call may run)")
     prep.add_argument("--piece-mib", type=int, default=56)
+    prep.add_argument("--layout", choices=list(LAYOUT_KINDS), default="tp1",
+                      help="tp2-ep: int8 vs bf16 with cmp170hx-x2's TP2 + EP, on the nvidia-h200-x2 kind")
     args = p.parse_args(argv)
     try:
         if args.command == "wheels":
@@ -112,7 +119,7 @@ def main(argv: list[str] | None = None) -> int:
             if not out.is_relative_to(root):
                 p.error(f"--out {out} must lie inside --repo-root {root}")
             print(json.dumps(prepare(out=out, repo_rel=str(out.relative_to(root)), budget_s=args.budget_s,
-                                     piece_mib=args.piece_mib), indent=2))
+                                     piece_mib=args.piece_mib, layout=args.layout), indent=2))
     except BuilderError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return exc.exit_code

@@ -34,6 +34,9 @@ MANIFEST = "manifest.json"
 TARGET = "h200-small"
 #: (label, --kv-cache-dtype, port): int8 is the release's, fp8 the alternative, auto = bf16.
 ARMS = (("int8", "int8_per_token_head", 8101), ("fp8", "fp8", 8102), ("bf16", "auto", 8103))
+#: --layout: the GPU split, taken from the target that ships it (None: h200-small's own, one GPU),
+#: and the arms it runs. tp2-ep is cmp170hx-x2's TP2 + expert parallel, on the two-H200 kind.
+LAYOUTS = {"tp1": (None, ARMS), "tp2-ep": ("cmp170hx-x2", (ARMS[0], ARMS[2]))}
 GATES = ("kv_pool", "determinism", "prefix_cache")
 #: What `measure` runs once the servers are ready, in this order.
 PHASES = ("gates", "fidelity", "bench")
@@ -161,24 +164,31 @@ def tail(path: Path, n: int = LOG_TAIL_LINES) -> str:
         return ""
 
 
-def arm_config(base, *, kv_dtype: str, port: int):
-    """The target's config with one KV dtype and port, validated by the same rules as any target."""
-    from builder.config import parse_config
+def arm_config(base, *, kv_dtype: str, port: int, layout: str = "tp1"):
+    """The target's config with one KV dtype and port (and the layout's GPU split), validated by
+    the same rules as any target."""
+    from builder.config import load_target, parse_config
 
     data = base.model_dump(mode="json")
     data["kv_cache"]["dtype"] = kv_dtype
     data["kv_cache"]["scale_layout"] = "side" if kv_dtype == "int8_per_token_head" else None
     data["server"]["port"] = port
-    return parse_config(data, source=f"{TARGET} ({kv_dtype} KV, port {port})")
+    split_from = LAYOUTS[layout][0]
+    if split_from:
+        split = load_target(split_from)
+        data["parallel"] = split.parallel.model_dump(mode="json") | {
+            "distributed_executor_backend": data["parallel"]["distributed_executor_backend"]}
+        data["target"]["gpu_count"] = split.target.gpu_count
+    return parse_config(data, source=f"{TARGET} ({kv_dtype} KV, port {port}, {layout})")
 
 
-def start_servers(*, state: Path, work: Path, extra_args: list[str], attempt: str) -> dict:
+def start_servers(*, state: Path, work: Path, extra_args: list[str], attempt: str, layout: str = "tp1") -> dict:
     from builder.config import launch_plan, load_target
 
     base = load_target(TARGET)
     servers = {}
-    for label, dtype, port in ARMS:
-        cfg = arm_config(base, kv_dtype=dtype, port=port)
+    for label, dtype, port in LAYOUTS[layout][1]:
+        cfg = arm_config(base, kv_dtype=dtype, port=port, layout=layout)
         plan = launch_plan(cfg)
         # The plan says `python3`; the interpreter running this driver is the device's torch one.
         argv = [sys.executable, *plan.argv(model_path=str(state / "model"))[1:], *extra_args]
@@ -388,7 +398,7 @@ async def run_bench(servers: dict, ready: list[str], work: Path, clock: Clock, r
                         res["kv_pool_tokens"] = bench.kv_pool_tokens(after)
                     except Exception as exc:
                         res = {"workload": wl.name, "error": error_text(exc, 600)}
-                    res.update(arm=label, kv_cache_dtype=dict((a, d) for a, d, _ in ARMS)[label], position=order.index(label))
+                    res.update(arm=label, kv_cache_dtype=s["cfg"].kv_cache.dtype, position=order.index(label))
                     cells.append(res)
                     (work / f"bench-{label}-{wl.name}.json").write_text(json.dumps(res, indent=2))
                     log(f"bench {label} {wl.name}: ttft {res.get('mean_ttft_ms', 0):.0f} ms, decode "
@@ -410,13 +420,14 @@ def pack(out: Path, work: Path, summary: dict) -> None:
     tmp.rename(out / "results.tar.gz")
 
 
-def measure(*, carried: Path, state: Path, out: Path, budget_s: float, phases: tuple[str, ...] = PHASES) -> int:
+def measure(*, carried: Path, state: Path, out: Path, budget_s: float, phases: tuple[str, ...] = PHASES,
+            layout: str = "tp1") -> int:
     import asyncio
 
     clock = Clock(budget_s)
     work = state / "results"
     work.mkdir(parents=True, exist_ok=True)
-    summary: dict = {"target": TARGET, "budget_s": budget_s, "phases": {}}
+    summary: dict = {"target": TARGET, "layout": layout, "budget_s": budget_s, "phases": {}}
     status = land(carried=carried, state=state)
     summary["land"] = status
     sys.path[:0] = [str(state / "site"), str(state / "engine")]  # builder needs the carried pydantic
@@ -429,7 +440,7 @@ def measure(*, carried: Path, state: Path, out: Path, budget_s: float, phases: t
         summary["phases"]["model_ready_s"] = clock.elapsed()
         extra: list[str] = []
         for attempt in ("checkpoint", "dummy"):
-            servers = start_servers(state=state, work=work, extra_args=extra, attempt=attempt)
+            servers = start_servers(state=state, work=work, extra_args=extra, attempt=attempt, layout=layout)
             # What is left after ready is for the phases: gates alone take ~85 s for three arms.
             states = wait_servers(servers, timeout_s=max(30.0, clock.left() - (90 if "gates" in phases else 40)))
             summary.setdefault("attempts", {})[attempt] = {
@@ -481,6 +492,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--state", type=Path, default=Path("/tmp/e18"), help="kept between warm calls")
     p.add_argument("--out", type=Path, help="measure: where results go ($OUT)")
     p.add_argument("--budget-s", type=float, default=510.0, help="measure: stop starting new work after this")
+    p.add_argument("--layout", choices=list(LAYOUTS), default="tp1",
+                   help="measure: tp2-ep serves int8 and bf16 with cmp170hx-x2's TP2 + EP (kind nvidia-h200-x2)")
     p.add_argument("--phases", default=",".join(PHASES),
                    help=f"measure: which of {','.join(PHASES)} to run after ready (a short device budget picks)")
     args = p.parse_args(argv)
@@ -497,7 +510,8 @@ def main(argv: list[str] | None = None) -> int:
     phases = tuple(x for x in args.phases.split(",") if x)
     if not phases or set(phases) - set(PHASES):
         p.error(f"--phases: choose from {','.join(PHASES)}, got {args.phases!r}")
-    return measure(carried=args.carried, state=args.state, out=args.out, budget_s=args.budget_s, phases=phases)
+    return measure(carried=args.carried, state=args.state, out=args.out, budget_s=args.budget_s, phases=phases,
+                   layout=args.layout)
 
 
 if __name__ == "__main__":

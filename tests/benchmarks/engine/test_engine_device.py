@@ -168,3 +168,28 @@ def test_gate_settings_resolve_for_every_arm_from_the_generated_config(tmp_path)
         pools[label] = plan["pool_tokens"]
     # 512/520 of fp8 (the side-scale tail); under 2x bf16 because each hybrid page also holds GDN state.
     assert pools["int8"] > pools["fp8"] * 0.98 and pools["int8"] > pools["bf16"] * 1.85
+
+
+def test_tp2_ep_layout_is_cmp170hx_x2s_split_on_the_small_model(target_data):
+    """Issue 18 item 5: the same model served with TP2 + EP, int8 vs bf16; the split is read from
+    the target that ships it, so a change there changes this run."""
+    from benchmarks.engine.__main__ import LAYOUT_KINDS
+
+    source, arms = device.LAYOUTS["tp2-ep"]
+    split = load_target(source)
+    assert [a[0] for a in arms] == ["int8", "bf16"] and LAYOUT_KINDS["tp2-ep"] == "nvidia-h200-x2"
+    base = load_target(device.TARGET)
+    for label, dtype, port in arms:
+        cfg = device.arm_config(base, kv_dtype=dtype, port=port, layout="tp2-ep")
+        f = flags(launch_plan(cfg))
+        assert f["--tensor-parallel-size"] == str(split.parallel.tensor_parallel_size) == "2"
+        assert "--enable-expert-parallel" in f and f["--kv-cache-dtype"] == dtype
+        assert f["--distributed-executor-backend"] == "mp" and cfg.target.gpu_count == 2
+    one = flags(launch_plan(device.arm_config(base, kv_dtype="auto", port=8103)))
+    assert "--tensor-parallel-size" not in one and "--enable-expert-parallel" not in one
+
+
+def test_tp2_ep_calls_ask_for_the_two_gpu_kind(tmp_path):
+    calls = device_calls(out=tmp_path, repo_rel=".dev/e", pieces=["piece-00", "piece-01"], budget_s=510, layout="tp2-ep")
+    assert {c["kind"] for c in calls} == {"nvidia-h200-x2"}
+    assert "--layout tp2-ep" in calls[-1]["command"]
