@@ -21,6 +21,8 @@ from builder.constants import LAUNCH_MIDDLEWARE_NAME, LAUNCH_TEMPLATES_DIR, PATC
 from builder.errors import BuilderError, EngineHarnessError
 
 WHEELS_DIR = REPO_ROOT / ".cache" / "engine-wheels"
+#: nvidia-cutlass-dsl for CUDA graphs, carried only with --graphs.
+GRAPHS_LOCK = Path(__file__).with_name("graphs.lock")
 #: The --middleware module the launch plan names; the launch script puts its folder on PYTHONPATH.
 LAUNCH_MIDDLEWARE_SRC = str((LAUNCH_TEMPLATES_DIR / Path(LAUNCH_MIDDLEWARE_NAME).name).relative_to(REPO_ROOT))
 #: What the device driver imports from the repo (copied into DIR/run).
@@ -29,7 +31,7 @@ RUN_FILES = ("builder", "bundle/benchmark_vllm.py", LAUNCH_MIDDLEWARE_SRC, str(P
 
 
 def copy_run_tree(dest: Path) -> None:
-    ignore = shutil.ignore_patterns("__pycache__", "*.pyc", "wheels.lock")
+    ignore = shutil.ignore_patterns("__pycache__", "*.pyc", "*.lock")
     for rel in RUN_FILES:
         src = REPO_ROOT / rel
         if src.is_dir():
@@ -49,7 +51,8 @@ def _earlier_run_tree(dest: Path) -> str | None:
 LAYOUT_KINDS = {"tp1": "nvidia-h200", "tp2-ep": "nvidia-h200-x2"}
 
 
-def device_calls(*, out: Path, repo_rel: str, pieces: list[str], budget_s: int, layout: str = "tp1") -> list[dict]:
+def device_calls(*, out: Path, repo_rel: str, pieces: list[str], budget_s: int, layout: str = "tp1",
+                 graphs: bool = False) -> list[dict]:
     """One call per piece; the last one also measures. Paths are relative to the repo root the
     run tool sends (carry names them there); `kind` is the device kind every call must ask for."""
     run = f"{repo_rel}/run"
@@ -60,7 +63,7 @@ def device_calls(*, out: Path, repo_rel: str, pieces: list[str], budget_s: int, 
         last = i == len(pieces) - 1
         cmd = (
             f"set -o pipefail; PYTHONUNBUFFERED=1 {driver} measure --carried {carry_dir} --state /tmp/e18 "
-            f"--out $OUT --budget-s {budget_s} --layout {layout} 2>&1 | tee $OUT/driver.log"
+            f"--out $OUT --budget-s {budget_s} --layout {layout}{' --graphs' if graphs else ''} 2>&1 | tee $OUT/driver.log"
             if last else f"{driver} land --carried {carry_dir} --state /tmp/e18"
         )
         calls.append({"carry": [run, f"{carry_dir}/manifest.json", f"{carry_dir}/{piece}"], "command": cmd,
@@ -68,7 +71,8 @@ def device_calls(*, out: Path, repo_rel: str, pieces: list[str], budget_s: int, 
     return calls
 
 
-def prepare(*, out: Path, repo_rel: str, budget_s: int, piece_mib: int, layout: str = "tp1") -> dict:
+def prepare(*, out: Path, repo_rel: str, budget_s: int, piece_mib: int, layout: str = "tp1",
+            graphs: bool = False) -> dict:
     from benchmarks.engine.carry import assemble
     from benchmarks.engine.lock import fetch_wheels
     from builder.hashing import sha256_file
@@ -78,16 +82,17 @@ def prepare(*, out: Path, repo_rel: str, budget_s: int, piece_mib: int, layout: 
     engine = fetch_engine()
     tokenizer = prepare_smollm2().path
     wheels = fetch_wheels(dest=WHEELS_DIR)
+    graph_wheels = fetch_wheels(dest=WHEELS_DIR / "graphs", lock=GRAPHS_LOCK) if graphs else []
     series = sha256_file(PATCHES_DIR / "series")
     manifest = assemble(
         wheel=engine.wheel, wheel_sha256=engine.wheel_sha256, patches_dir=PATCHES_DIR, series_sha256=series,
         wheels=wheels, tokenizer_dir=tokenizer, out=out / "carry", work=WHEELS_DIR.parent / "engine-carry",
-        piece_bytes=piece_mib << 20,
+        piece_bytes=piece_mib << 20, graph_wheels=graph_wheels,
     )
     with replace_dir(out / "run", replaceable=_earlier_run_tree, what="run tree", error=EngineHarnessError) as run:
         copy_run_tree(run)
     calls = device_calls(out=out, repo_rel=repo_rel, pieces=[p.name for p in manifest.pieces], budget_s=budget_s,
-                         layout=layout)
+                         layout=layout, graphs=graphs)
     (out / "calls.json").write_text(json.dumps(calls, indent=2) + "\n")
     return {"pieces": [(p.name, p.size) for p in manifest.pieces], "calls": calls}
 
@@ -104,6 +109,8 @@ def main(argv: list[str] | None = None) -> int:
     prep.add_argument("--piece-mib", type=int, default=56)
     prep.add_argument("--layout", choices=list(LAYOUT_KINDS), default="tp1",
                       help="tp2-ep: int8 vs bf16 with cmp170hx-x2's TP2 + EP, on the nvidia-h200-x2 kind")
+    prep.add_argument("--graphs", action="store_true",
+                      help="carry nvidia-cutlass-dsl (graphs.lock, ~97 MB: two more pieces) and measure with CUDA graphs")
     args = p.parse_args(argv)
     try:
         if args.command == "wheels":
@@ -119,7 +126,7 @@ def main(argv: list[str] | None = None) -> int:
             if not out.is_relative_to(root):
                 p.error(f"--out {out} must lie inside --repo-root {root}")
             print(json.dumps(prepare(out=out, repo_rel=str(out.relative_to(root)), budget_s=args.budget_s,
-                                     piece_mib=args.piece_mib, layout=args.layout), indent=2))
+                                     piece_mib=args.piece_mib, layout=args.layout, graphs=args.graphs), indent=2))
     except BuilderError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return exc.exit_code

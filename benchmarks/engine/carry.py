@@ -11,6 +11,8 @@ Components, in stream order (what call 1 can already use comes first):
   engine-tree.tar.xz  vllm==0.33.0's Python/data files with the series applied, the device
                       shims below, and its dist-info without RECORD
   engine-libs.tar.xz  the two stable-ABI op libraries (_C_stable_libtorch, _moe_C_stable_libtorch)
+  graphs-wheels.tar   only with `prepare --graphs`: nvidia-cutlass-dsl (graphs.lock), last, so the
+                      calls before it are the same with or without it
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ _DIST_INFO = f"vllm-{ENGINE_UPSTREAM_VERSION}.dist-info/"
 #: Default piece size: the call limit (64 MiB) less room for the repo copy that travels too.
 DEFAULT_PIECE_MIB = 56
 COMPONENTS = ("tokenizer.tar.xz", "wheels.tar", "engine-tree.tar.xz", "engine-libs.tar.xz")
+GRAPHS_COMPONENT = "graphs-wheels.tar"
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja")
 
 
@@ -213,6 +216,7 @@ def split_stream(*, components: list[Path], out_dir: Path, piece_bytes: int) -> 
 def assemble(
     *, wheel: Path, wheel_sha256: str, patches_dir: Path, series_sha256: str, wheels: list[Path],
     tokenizer_dir: Path, out: Path, work: Path, piece_bytes: int = DEFAULT_PIECE_MIB << 20,
+    graph_wheels: list[Path] = (),
 ) -> Manifest:
     """Build the components in `work` and write the pieces and manifest.json to `out` (absent, empty
     or an earlier carry; written beside it and swapped in whole by builder.atomic.replace_dir)."""
@@ -224,7 +228,8 @@ def assemble(
                                  hint="run builder.models.smollm2.prepare_smollm2() first")
     with replace_dir(out, replaceable=_earlier_carry, what="carry", error=EngineHarnessError) as stage:
         work.mkdir(parents=True, exist_ok=True)
-        built = {name: work / name for name in COMPONENTS}
+        names = [*COMPONENTS, *([GRAPHS_COMPONENT] if graph_wheels else [])]
+        built = {name: work / name for name in names}
         with tempfile.TemporaryDirectory(dir=work) as tmp:
             t = Path(tmp)
             (t / "tokenizer").mkdir()
@@ -236,6 +241,11 @@ def assemble(
             for w in wheels:
                 shutil.copy2(w, t / "wheels" / w.name)
             tar_dir(t / "wheels", built["wheels.tar"], xz=False)
+            if graph_wheels:
+                (t / "graphs").mkdir()
+                for w in graph_wheels:
+                    shutil.copy2(w, t / "graphs" / w.name)
+                tar_dir(t / "graphs", built[GRAPHS_COMPONENT], xz=False)  # wheels are zips already
             extract_engine_tree(wheel=wheel, dest=t / "tree")
             apply_series(target=t / "tree", patches_dir=patches_dir)
             apply_device_shims(t / "tree")
@@ -246,10 +256,10 @@ def assemble(
                 extract_engine_libs(wheel=wheel, dest=t / "libs")
                 tar_dir(t / "libs", built["engine-libs.tar.xz"], xz=True)  # ~2 min: cached by wheel sha256
                 libs_stamp.write_text(wheel_sha256 + "\n")
-        comps, pieces = split_stream(components=[built[n] for n in COMPONENTS], out_dir=stage, piece_bytes=piece_bytes)
+        comps, pieces = split_stream(components=[built[n] for n in names], out_dir=stage, piece_bytes=piece_bytes)
         manifest = Manifest(
             engine_wheel_sha256=wheel_sha256, patch_series_sha256=series_sha256, shims=list(DEVICE_SHIMS),
-            wheels=sorted(w.name for w in wheels), components=comps, pieces=pieces,
+            wheels=sorted(w.name for w in [*wheels, *graph_wheels]), components=comps, pieces=pieces,
         )
         (stage / "manifest.json").write_text(manifest.model_dump_json(indent=2) + "\n")
     return manifest

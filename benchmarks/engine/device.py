@@ -53,6 +53,8 @@ LOG_TAIL_LINES = 300
 MODEL_MARKER = "qfn-small-model.json"
 #: builder.constants.LAUNCH_TEMPLATES_DIR, relative to the run tree (land runs before pydantic).
 LAUNCH_DIR = "bundle/launch"
+#: Where `land` installs the graphs-wheels component (nvidia-cutlass-dsl), apart from state/site.
+GRAPHS_SITE = "site-graphs"
 
 
 def log(msg: str) -> None:
@@ -63,10 +65,12 @@ def log(msg: str) -> None:
 # land
 
 
-def python_env(state: Path) -> dict[str, str]:
+def python_env(state: Path, *, graphs: bool = False) -> dict[str, str]:
     """The device python with the carried wheels and the engine tree in front of its own packages,
-    and the launch folder, as the rendered launch script sets it (the plan's --middleware lives there)."""
-    paths = [str(state / "site"), str(state / "engine"), str(REPO), str(REPO / LAUNCH_DIR)]
+    and the launch folder, as the rendered launch script sets it (the plan's --middleware lives there).
+    `graphs` adds nvidia-cutlass-dsl (state/site-graphs); without it the engine never imports cutlass."""
+    paths = [*([str(state / GRAPHS_SITE)] if graphs else []), str(state / "site"), str(state / "engine"), str(REPO),
+             str(REPO / LAUNCH_DIR)]
     env = dict(os.environ)
     env["PYTHONPATH"] = ":".join(paths + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
     env["QFN_REPO_ROOT"] = str(REPO)
@@ -74,15 +78,15 @@ def python_env(state: Path) -> dict[str, str]:
     return env
 
 
-def install_wheels(state: Path) -> bool:
-    stamp = state / "site" / ".installed"
+def install_wheels(state: Path, *, wheels_dir: str = "wheels", site: str = "site") -> bool:
+    stamp = state / site / ".installed"
     if stamp.is_file():
         return True
-    wheels = sorted((state / "wheels").glob("*.whl"))
+    wheels = sorted((state / wheels_dir).glob("*.whl"))
     if not wheels:
         return False
     cmd = [sys.executable, "-m", "pip", "install", "-q", "--no-index", "--no-deps", "--no-compile",
-           "--no-cache-dir", "--upgrade", "--target", str(state / "site"), *map(str, wheels)]
+           "--no-cache-dir", "--upgrade", "--target", str(state / site), *map(str, wheels)]
     subprocess.run(cmd, check=True)
     stamp.write_text(f"{len(wheels)} wheels\n")
     return True
@@ -114,6 +118,7 @@ def land(*, carried: Path, state: Path) -> dict:
     log(f"landed {got}, unpacked {unpacked}")
     if install_wheels(state) and (state / "tokenizer" / "tokenizer.json").is_file():
         start_model(state)
+    install_wheels(state, wheels_dir="graphs-wheels", site=GRAPHS_SITE)
     return landing.status(manifest=manifest, state=state)
 
 
@@ -164,35 +169,38 @@ def tail(path: Path, n: int = LOG_TAIL_LINES) -> str:
         return ""
 
 
-def arm_config(base, *, kv_dtype: str, port: int, layout: str = "tp1"):
-    """The target's config with one KV dtype and port (and the layout's GPU split), validated by
-    the same rules as any target."""
+def arm_config(base, *, kv_dtype: str, port: int, layout: str = "tp1", graphs: bool = False):
+    """The target's config with one KV dtype and port (and the layout's GPU split; CUDA graphs on
+    with `graphs`), validated by the same rules as any target."""
     from builder.config import load_target, parse_config
 
     data = base.model_dump(mode="json")
     data["kv_cache"]["dtype"] = kv_dtype
     data["kv_cache"]["scale_layout"] = "side" if kv_dtype == "int8_per_token_head" else None
     data["server"]["port"] = port
+    if graphs:
+        data["server"]["enforce_eager"] = False
     split_from = LAYOUTS[layout][0]
     if split_from:
         split = load_target(split_from)
         data["parallel"] = split.parallel.model_dump(mode="json") | {
             "distributed_executor_backend": data["parallel"]["distributed_executor_backend"]}
         data["target"]["gpu_count"] = split.target.gpu_count
-    return parse_config(data, source=f"{TARGET} ({kv_dtype} KV, port {port}, {layout})")
+    return parse_config(data, source=f"{TARGET} ({kv_dtype} KV, port {port}, {layout}{', graphs' if graphs else ''})")
 
 
-def start_servers(*, state: Path, work: Path, extra_args: list[str], attempt: str, layout: str = "tp1") -> dict:
+def start_servers(*, state: Path, work: Path, extra_args: list[str], attempt: str, layout: str = "tp1",
+                  graphs: bool = False) -> dict:
     from builder.config import launch_plan, load_target
 
     base = load_target(TARGET)
     servers = {}
     for label, dtype, port in LAYOUTS[layout][1]:
-        cfg = arm_config(base, kv_dtype=dtype, port=port, layout=layout)
+        cfg = arm_config(base, kv_dtype=dtype, port=port, layout=layout, graphs=graphs)
         plan = launch_plan(cfg)
         # The plan says `python3`; the interpreter running this driver is the device's torch one.
         argv = [sys.executable, *plan.argv(model_path=str(state / "model"))[1:], *extra_args]
-        env = python_env(state)
+        env = python_env(state, graphs=graphs)
         env.update({e.name: e.value for e in plan.env})
         logf = work / f"server-{label}-{attempt}.log"  # one per attempt: a retry keeps the first cause
         proc = subprocess.Popen(argv, env=env, stdout=logf.open("w"), stderr=subprocess.STDOUT,
@@ -421,26 +429,29 @@ def pack(out: Path, work: Path, summary: dict) -> None:
 
 
 def measure(*, carried: Path, state: Path, out: Path, budget_s: float, phases: tuple[str, ...] = PHASES,
-            layout: str = "tp1") -> int:
+            layout: str = "tp1", graphs: bool = False) -> int:
     import asyncio
 
     clock = Clock(budget_s)
     work = state / "results"
     work.mkdir(parents=True, exist_ok=True)
-    summary: dict = {"target": TARGET, "layout": layout, "budget_s": budget_s, "phases": {}}
+    summary: dict = {"target": TARGET, "layout": layout, "graphs": graphs, "budget_s": budget_s, "phases": {}}
     status = land(carried=carried, state=state)
     summary["land"] = status
     sys.path[:0] = [str(state / "site"), str(state / "engine")]  # builder needs the carried pydantic
     servers: dict = {}
     try:
-        if status["pieces_landed"].__len__() != status["pieces_total"] or len(status["components_unpacked"]) != 4:
+        if len(status["pieces_landed"]) != status["pieces_total"] or len(status["components_unpacked"]) != status["components_total"]:
             raise RuntimeError(f"carry incomplete: {status}")
+        if graphs and not (state / GRAPHS_SITE / ".installed").is_file():
+            raise RuntimeError("--graphs needs nvidia-cutlass-dsl in the carry: run `prepare --graphs`")
         wait_model(state, clock, limit_s=min(180, clock.left() - 60))
         summary["model"] = json.loads((state / "model" / MODEL_MARKER).read_text())
         summary["phases"]["model_ready_s"] = clock.elapsed()
         extra: list[str] = []
         for attempt in ("checkpoint", "dummy"):
-            servers = start_servers(state=state, work=work, extra_args=extra, attempt=attempt, layout=layout)
+            servers = start_servers(state=state, work=work, extra_args=extra, attempt=attempt, layout=layout,
+                                    graphs=graphs)
             # What is left after ready is for the phases: gates alone take ~85 s for three arms.
             states = wait_servers(servers, timeout_s=max(30.0, clock.left() - (90 if "gates" in phases else 40)))
             summary.setdefault("attempts", {})[attempt] = {
@@ -494,6 +505,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--budget-s", type=float, default=510.0, help="measure: stop starting new work after this")
     p.add_argument("--layout", choices=list(LAYOUTS), default="tp1",
                    help="measure: tp2-ep serves int8 and bf16 with cmp170hx-x2's TP2 + EP (kind nvidia-h200-x2)")
+    p.add_argument("--graphs", action="store_true",
+                   help="measure: CUDA graphs on (enforce_eager off), with the carried nvidia-cutlass-dsl")
     p.add_argument("--phases", default=",".join(PHASES),
                    help=f"measure: which of {','.join(PHASES)} to run after ready (a short device budget picks)")
     args = p.parse_args(argv)
@@ -511,7 +524,7 @@ def main(argv: list[str] | None = None) -> int:
     if not phases or set(phases) - set(PHASES):
         p.error(f"--phases: choose from {','.join(PHASES)}, got {args.phases!r}")
     return measure(carried=args.carried, state=args.state, out=args.out, budget_s=args.budget_s, phases=phases,
-                   layout=args.layout)
+                   layout=args.layout, graphs=args.graphs)
 
 
 if __name__ == "__main__":

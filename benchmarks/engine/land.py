@@ -22,6 +22,7 @@ DESTINATIONS = {
     "wheels.tar": "wheels",
     "engine-tree.tar.xz": "engine",
     "engine-libs.tar.xz": "engine",
+    "graphs-wheels.tar": "graphs-wheels",
 }
 
 
@@ -110,6 +111,7 @@ def status(*, manifest: dict, state: Path) -> dict:
     return {
         "pieces_landed": [p["name"] for p in _landed(manifest, state)],
         "pieces_total": len(manifest["pieces"]),
+        "components_total": len(manifest["components"]),
         "components_unpacked": sorted(p.name for p in done.iterdir()) if done.is_dir() else [],
     }
 

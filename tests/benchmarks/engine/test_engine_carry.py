@@ -223,3 +223,36 @@ def test_missing_tokenizer_is_named(tmp_path):
     with pytest.raises(EngineHarnessError, match="tokenizer.json"):
         carry.assemble(wheel=tmp_path / "v.whl", wheel_sha256="", patches_dir=tmp_path, series_sha256="",
                        wheels=[], tokenizer_dir=tmp_path, out=tmp_path / "o", work=tmp_path / "w")
+
+
+def test_graph_wheels_ride_last_and_unpack_apart(tmp_path):
+    """prepare --graphs: nvidia-cutlass-dsl is one more component after the four the eager run
+    needs, so those pieces and calls stay as they were, and it unpacks beside, not into, the site."""
+    tok, series = _tokenizer_and_empty_series(tmp_path)
+    runtime = tmp_path / "pkg-1.0-py3-none-any.whl"
+    runtime.write_bytes(b"wheel")
+    dsl = tmp_path / "nvidia_cutlass_dsl-4.8.0-py3-none-any.whl"
+    dsl.write_bytes(b"dsl" * 3000)
+    out = tmp_path / "out"
+    m = carry.assemble(wheel=fake_wheel(tmp_path / "v.whl"), wheel_sha256="a" * 64, patches_dir=series,
+                       series_sha256="b" * 64, wheels=[runtime], tokenizer_dir=tok, out=out,
+                       work=tmp_path / "work", piece_bytes=4096, graph_wheels=[dsl])
+    assert [c.name for c in m.components] == [*carry.COMPONENTS, carry.GRAPHS_COMPONENT]
+    state = tmp_path / "state"
+    land.land_pieces(manifest=m.model_dump(), carried=out, state=state)
+    land.unpack_ready(manifest=m.model_dump(), state=state)
+    assert (state / "graphs-wheels" / dsl.name).read_bytes() == dsl.read_bytes()
+    assert not (state / "wheels" / dsl.name).exists()
+    assert land.status(manifest=m.model_dump(), state=state)["components_total"] == 5
+
+
+def test_the_graphs_lock_pins_cutlass_dsl_for_the_devices_python():
+    from benchmarks.engine.__main__ import GRAPHS_LOCK
+    from benchmarks.engine.lock import read_lock
+
+    locked = {w.name: w.version for w in read_lock(GRAPHS_LOCK)}
+    assert locked == {n: "4.8.0" for n in ("nvidia-cutlass-dsl", "nvidia-cutlass-dsl-libs-base",
+                                            "nvidia-cutlass-dsl-libs-core", "nvidia-cutlass-dsl-libs-cu13")}
+    # the image pins the same version (docker/locks), so graphs on the device run what the image runs
+    image_lock = (Path(__file__).parents[3] / "docker/locks/vllm-0.33.0-linux-amd64.txt").read_text()
+    assert "nvidia-cutlass-dsl==4.8.0 " in image_lock

@@ -193,3 +193,24 @@ def test_tp2_ep_calls_ask_for_the_two_gpu_kind(tmp_path):
     calls = device_calls(out=tmp_path, repo_rel=".dev/e", pieces=["piece-00", "piece-01"], budget_s=510, layout="tp2-ep")
     assert {c["kind"] for c in calls} == {"nvidia-h200-x2"}
     assert "--layout tp2-ep" in calls[-1]["command"]
+
+
+def test_graphs_turn_eager_off_and_put_cutlass_on_the_path_only_when_asked(tmp_path):
+    base = load_target(device.TARGET)
+    eager = flags(launch_plan(device.arm_config(base, kv_dtype="int8_per_token_head", port=8101)))
+    graphs = flags(launch_plan(device.arm_config(base, kv_dtype="int8_per_token_head", port=8101, graphs=True)))
+    assert "--enforce-eager" in eager and "--enforce-eager" not in graphs
+    site = str(tmp_path / device.GRAPHS_SITE)
+    assert site not in device.python_env(tmp_path)["PYTHONPATH"].split(":")
+    assert device.python_env(tmp_path, graphs=True)["PYTHONPATH"].split(":")[0] == site
+    calls = device_calls(out=tmp_path, repo_rel=".dev/e", pieces=["piece-00"], budget_s=510, graphs=True)
+    assert "--graphs" in calls[-1]["command"]
+
+
+def test_graphs_without_cutlass_in_the_carry_is_refused_with_the_fix(tmp_path):
+    carried, out = tmp_path / "carried", tmp_path / "out"
+    carried.mkdir()
+    out.mkdir()
+    (carried / "manifest.json").write_text(json.dumps({"components": [], "pieces": []}))
+    assert device.measure(carried=carried, state=tmp_path / "state", out=out, budget_s=60, graphs=True) == 1
+    assert "prepare --graphs" in json.loads((out / "summary.json").read_text())["error"]
