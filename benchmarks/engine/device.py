@@ -3,6 +3,7 @@
 
   python3 device.py land    --carried DIR --state /tmp/e18
   python3 device.py measure --carried DIR --state /tmp/e18 --out $OUT --budget-s 510
+      [--phases gates,fidelity,bench] [--layout tp1|tp2-ep] [--graphs]
 
 `land` (every call) checks and lands the pieces the call carried, unpacks what they complete,
 installs the locked wheels into state/site and starts the model generator in its own session
@@ -12,6 +13,8 @@ together from it, waits with builder.serve.wait, then, in order and while the bu
 the gates that mean something with random weights (kv_pool, determinism, prefix_cache), the
 fidelity comparison against bf16 KV, and the benchmark grid (prompt length x concurrency, arms
 interleaved, MTP acceptance from /metrics). Everything lands under $OUT in a few files.
+--layout tp2-ep serves int8 and bf16 with cmp170hx-x2's TP2 + EP split (two GPUs); --graphs turns
+CUDA graphs on with the carried nvidia-cutlass-dsl (`prepare --graphs`).
 """
 
 from __future__ import annotations
