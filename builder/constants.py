@@ -53,6 +53,10 @@ BUNDLE_MANIFEST_NAME = "bundle.json"
 #: evidence/kernels/ holds the patched kernels' GPU tests, accuracy and benchmarks: they belong
 #: to every bundle that ships the patch series, whatever its target.
 KERNEL_EVIDENCE = "kernels"
+#: evidence/engine-h200/ holds the patched engine's runs on the H200 (benchmarks/engine); its
+#: ENGINE_POOLS_FILE checks the capacity planner against vLLM's own pools.
+ENGINE_EVIDENCE = "engine-h200"
+ENGINE_POOLS_FILE = "kv-pools.json"
 #: Evidence files whose names start with this are benchmark results, not gates.
 BENCH_EVIDENCE_GLOB = "bench-*.json"
 #: Never copied into a bundle nor listed in a checksum manifest.

@@ -1,4 +1,4 @@
-"""bench.md and bench.png from one `device.py measure` summary (CPU; matplotlib for the plot).
+"""bench.md, bench.png and kv-pools.json from one `device.py measure` summary (CPU; matplotlib for the plot).
 
     python -m benchmarks.engine.report --summary evidence/engine-h200/runs/call25-summary.json \
         --out evidence/engine-h200 --call 25
@@ -99,6 +99,24 @@ def markdown(summary: dict, *, call: str) -> str:
     return "\n".join(lines) + "\n"
 
 
+def pool_check(summary: dict, *, call: str, summary_name: str):
+    """builder.plan.models.EnginePoolCheck from the kv_pool gates of a run, or None without them."""
+    from builder.plan.models import EnginePool, EnginePoolCheck
+
+    arms, kv_bytes = {}, set()
+    for arm, gates in summary.get("gates", {}).items():
+        obs = (gates.get("kv_pool") or {}).get("observed") if isinstance(gates.get("kv_pool"), dict) else None
+        plan = (obs or {}).get("plan") or {}
+        if not obs or not plan.get("planned_tokens"):
+            continue
+        arms[arm] = EnginePool(kv_cache_dtype=obs["cache_config_info"]["cache_dtype"],
+                               measured_tokens=obs["kv_pool_tokens"], planned_tokens=plan["planned_tokens"])
+        kv_bytes.add(plan["planned_kv_bytes"])
+    if not arms or len(kv_bytes) != 1:
+        return None
+    return EnginePoolCheck(run=f"call {call} ({summary_name})", label=LABEL, kv_bytes=kv_bytes.pop(), arms=arms)
+
+
 def plot(summary: dict, out: Path, *, call: str) -> Path | None:
     grid = cells_by_key(summary)
     if not grid:
@@ -138,7 +156,14 @@ def main(argv: list[str] | None = None) -> int:
     tmp.write_text(markdown(summary, call=args.call))
     tmp.rename(args.out / "bench.md")
     png = plot(summary, args.out, call=args.call)
-    print(f"wrote {args.out / 'bench.md'}" + (f" and {png}" if png else ""))
+    check = pool_check(summary, call=args.call, summary_name=args.summary.name)
+    if check is not None:
+        from builder.constants import ENGINE_POOLS_FILE
+
+        tmp = args.out / (ENGINE_POOLS_FILE + ".part")
+        tmp.write_text(check.model_dump_json(indent=2) + "\n")
+        tmp.rename(args.out / ENGINE_POOLS_FILE)
+    print(f"wrote {args.out / 'bench.md'}" + (f", {png}" if png else "") + (", kv-pools.json" if check else ""))
     return 0
 
 

@@ -71,3 +71,24 @@ class CapacityPlan(BaseModel):
 
     def for_dtype(self, kv_cache_dtype: str) -> DtypePlan | None:
         return next((d for d in self.dtypes if d.kv_cache_dtype == kv_cache_dtype), None)
+
+
+class EnginePool(BaseModel):
+    """One server's KV pool as vLLM reported it, beside the planner's for the same launch."""
+
+    model_config = ConfigDict(frozen=True)
+
+    kv_cache_dtype: str
+    measured_tokens: int = Field(gt=0)
+    planned_tokens: int = Field(gt=0)
+
+
+class EnginePoolCheck(BaseModel):
+    """The planner checked against a real engine run (benchmarks/engine, evidence/engine-h200/)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    run: str = Field(description="Which run, in words a reader can find (device call and summary file).")
+    label: str = Field(description="What was served: never the real model's numbers.")
+    kv_bytes: int = Field(gt=0, description="KV budget per server, the same for every arm.")
+    arms: dict[str, EnginePool]

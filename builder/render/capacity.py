@@ -12,10 +12,11 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from builder.constants import ENGINE_EVIDENCE, ENGINE_POOLS_FILE
 from builder.errors import RenderError
 from builder.measure.evidence import GateEvidence
 from builder.plan.budget import GIB
-from builder.plan.models import CapacityPlan
+from builder.plan.models import CapacityPlan, EnginePoolCheck
 
 KERNEL_SPEED_FILE = "qsa-grid-h200.json"
 KERNEL_ACCURACY_FILE = "qsa-int8-accuracy.json"
@@ -171,6 +172,27 @@ def kernel_accuracy(kernels_dir: Path) -> tuple[str | None, str, list[AccuracyRo
     return f"evidence/kernels/{KERNEL_ACCURACY_FILE}", str(data.get("metric", "")), rows
 
 
+def engine_pool_note(path: Path) -> str | None:
+    """One line: how close vLLM's own pools came to this planner's in the engine run, and the
+    int8 ratios it measured; None when there is no such run."""
+    if not path.is_file():
+        return None
+    try:
+        check = EnginePoolCheck.model_validate(_read_json(path))
+    except ValidationError as exc:
+        raise RenderError(f"{path}: not an engine pool check: {exc}",
+                          hint="regenerate it: python -m benchmarks.engine.report --summary S --out DIR") from exc
+    worst = max(abs(a.measured_tokens / a.planned_tokens - 1) for a in check.arms.values())
+    by = {a.kv_cache_dtype: a.measured_tokens for a in check.arms.values()}
+    int8 = by.get("int8_per_token_head")
+    ratios = [f"{int8 / by[d]:.2f}x {name}'s" for d, name in (("auto", "bf16"), ("fp8", "fp8")) if int8 and d in by]
+    held = f"; int8 held {' and '.join(ratios)} tokens" if ratios else ""
+    names = sorted("bf16" if d == "auto" else d for d in by)
+    return (f"Checked in the {check.label}, {check.kv_bytes / GIB:,.0f} GiB of KV per server, {check.run}: "
+            f"vLLM's own pools for {', '.join(names)} were within {worst:.2%} of this planner's{held} "
+            f"(evidence/{ENGINE_EVIDENCE}/{ENGINE_POOLS_FILE} in the qfn-int8kv repository).")
+
+
 def capacity_section(plan: CapacityPlan | None, *, plan_error: str | None, evidence_dir: Path,
                      kernels_dir: Path | None) -> CapacitySection:
     """The card's first section for one target."""
@@ -217,6 +239,8 @@ def capacity_section(plan: CapacityPlan | None, *, plan_error: str | None, evide
         budget=f"{plan.budget.kv_bytes / GIB:,.2f} GiB",
         budget_terms=terms,
         budget_exact=plan.budget.exact,
-        notes=[f"Model facts: `{plan.architecture_source}`.", *plan.notes],
+        notes=[f"Model facts: `{plan.architecture_source}`.", *plan.notes,
+               *filter(None, [engine_pool_note(kernels_dir.parent / ENGINE_EVIDENCE / ENGINE_POOLS_FILE)
+                              if kernels_dir is not None else None])],
         **kernel,
     )

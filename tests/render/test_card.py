@@ -207,3 +207,28 @@ def test_capacity_the_planner_cannot_compute_says_why_and_shows_no_pool(tmp_path
     section = _section(text, "What it buys you")
     assert "Capacity: not computed (engine.profile vllm-fork-preview: the planner does not model" in section
     assert "| `" not in section
+
+
+def test_the_engine_pool_check_is_one_labelled_line_from_its_file(tmp_path):
+    """evidence/engine-h200/kv-pools.json (benchmarks.engine.report) says how close vLLM's own pools
+    came to the planner's; the card repeats its numbers, labelled as the small random-weight model."""
+    from builder.constants import ENGINE_EVIDENCE, ENGINE_POOLS_FILE
+
+    check = json.loads((EVIDENCE_DIR / ENGINE_EVIDENCE / ENGINE_POOLS_FILE).read_text())
+    arms = {a["kv_cache_dtype"]: a for a in check["arms"].values()}
+    worst = max(abs(a["measured_tokens"] / a["planned_tokens"] - 1) for a in arms.values())
+    int8 = arms["int8_per_token_head"]["measured_tokens"]
+    _, text = _card(tmp_path, "h200", kernels_dir=EVIDENCE_DIR / "kernels")
+    line = next(ln for ln in _section(text, "What it buys you").splitlines() if "Checked in the engine" in ln)
+    assert "small Qwen4Exp with random weights (not the real model)" in line
+    assert f"within {worst:.2%} of this planner's" in line
+    assert f"int8 held {int8 / arms['auto']['measured_tokens']:.2f}x bf16's and {int8 / arms['fp8']['measured_tokens']:.2f}x fp8's" in line
+    # A copy of the evidence without the file: no line; a broken file: an error naming the fix.
+    root = tmp_path / "evidence"
+    (root / "kernels").mkdir(parents=True)
+    _, plain = _card(tmp_path, "h200", kernels_dir=root / "kernels")
+    assert "Checked in the engine" not in plain
+    (root / ENGINE_EVIDENCE).mkdir()
+    (root / ENGINE_EVIDENCE / ENGINE_POOLS_FILE).write_text(json.dumps({"run": "x", "arms": {}}))
+    with pytest.raises(RenderError, match="benchmarks.engine.report"):
+        _card(tmp_path, "h200", kernels_dir=root / "kernels")

@@ -21,6 +21,12 @@ def test_the_call25_tables_carry_every_arm_and_the_ratios_of_one_run(tmp_path):
     assert "Skipped for the device budget: 32K x c16, 128K x c1" in md
     assert "| int8 | 3 | 97 |" in md and "no log-prob for 128" in md
     assert (tmp_path / "bench.png").stat().st_size > 10_000
+    pools = json.loads((tmp_path / "kv-pools.json").read_text())
+    assert pools["kv_bytes"] == 24 << 30 and pools["label"] == report.LABEL
+    assert pools["arms"]["int8"] == {"kv_cache_dtype": "int8_per_token_head", "measured_tokens": 4_588_369,
+                                     "planned_tokens": 4_578_480}
+    # the committed file is this run's
+    assert pools == json.loads((REPO_ROOT / "evidence/engine-h200/kv-pools.json").read_text()) | {"run": pools["run"]}
 
 
 def test_failed_cells_and_missing_phases_are_said_not_hidden(tmp_path):
@@ -35,3 +41,7 @@ def test_failed_cells_and_missing_phases_are_said_not_hidden(tmp_path):
     assert "Not measured: RuntimeError: the bf16 KV server is not ready" in md
     assert "15 cells failed" in md
     assert not (tmp_path / "o" / "bench.png").exists()  # no completed cell, no plot
+    del summary["gates"]
+    path.write_text(json.dumps(summary))
+    report.main(["--summary", str(path), "--out", str(tmp_path / "p")])
+    assert not (tmp_path / "p" / "kv-pools.json").exists()  # no kv_pool gate, no pool check
