@@ -32,6 +32,7 @@ REPO = HERE.parent.parent
 sys.path.insert(0, str(REPO))
 
 from benchmarks.engine import land as landing  # noqa: E402  (stdlib only)
+from builder.constants import LAUNCH_TEMPLATES_DIR  # noqa: E402  (stdlib only; resolves inside the run tree)
 
 MANIFEST = "manifest.json"
 TARGET = "h200-small"
@@ -54,8 +55,6 @@ BENCH_OUTPUT_TOKENS = 64
 LOG_TAIL_LINES = 300
 #: benchmarks.engine.model.MARKER (not imported: land runs before pydantic is installed).
 MODEL_MARKER = "qfn-small-model.json"
-#: builder.constants.LAUNCH_TEMPLATES_DIR, relative to the run tree (land runs before pydantic).
-LAUNCH_DIR = "bundle/launch"
 #: Where `land` installs the graphs-wheels component (nvidia-cutlass-dsl), apart from state/site.
 GRAPHS_SITE = "site-graphs"
 
@@ -73,7 +72,7 @@ def python_env(state: Path, *, graphs: bool = False) -> dict[str, str]:
     and the launch folder, as the rendered launch script sets it (the plan's --middleware lives there).
     `graphs` adds nvidia-cutlass-dsl (state/site-graphs); without it the engine never imports cutlass."""
     paths = [*([str(state / GRAPHS_SITE)] if graphs else []), str(state / "site"), str(state / "engine"), str(REPO),
-             str(REPO / LAUNCH_DIR)]
+             str(LAUNCH_TEMPLATES_DIR)]
     env = dict(os.environ)
     env["PYTHONPATH"] = ":".join(paths + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
     env["QFN_REPO_ROOT"] = str(REPO)
@@ -121,7 +120,7 @@ def land(*, carried: Path, state: Path) -> dict:
     log(f"landed {got}, unpacked {unpacked}")
     if install_wheels(state) and (state / "tokenizer" / "tokenizer.json").is_file():
         start_model(state)
-    install_wheels(state, wheels_dir="graphs-wheels", site=GRAPHS_SITE)
+    install_wheels(state, wheels_dir=landing.DESTINATIONS["graphs-wheels.tar"], site=GRAPHS_SITE)
     return landing.status(manifest=manifest, state=state)
 
 

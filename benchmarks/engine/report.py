@@ -26,6 +26,12 @@ def _ratio(a, b) -> str:
     return f"{a / b:.2f}x" if a and b else "-"
 
 
+def pool_observed(summary: dict, arm: str) -> dict:
+    """What the arm's kv_pool gate observed ({} when the gate did not run or the arm's gates failed)."""
+    ev = summary.get("gates", {}).get(arm, {}).get("kv_pool")
+    return (ev.get("observed") or {}) if isinstance(ev, dict) else {}
+
+
 def cells_by_key(summary: dict) -> dict[tuple[int, int], dict[str, dict]]:
     """{(input_len, concurrency): {arm: cell}} for the cells that completed without error."""
     grid: dict[tuple[int, int], dict[str, dict]] = {}
@@ -48,14 +54,15 @@ def markdown(summary: dict, *, call: str) -> str:
     lines += ["## Servers and KV pools", "", "| arm | ready after (s) | KV pool (tokens) | planned | measured / planned |",
               "|---|---|---|---|---|"]
     for arm in ARMS:
-        obs = summary.get("gates", {}).get(arm, {}).get("kv_pool", {}).get("observed", {}) or {}
+        obs = pool_observed(summary, arm)
         plan = obs.get("plan") or {}
         lines.append(f"| {arm} | {_fmt(ready.get(arm), '.0f')} | {_fmt(obs.get('kv_pool_tokens'), ',')} | "
                      f"{_fmt(plan.get('planned_tokens'), ',')} | {_fmt(plan.get('measured_over_planned'), '.4f')} |")
-    pools = {a: (summary.get("gates", {}).get(a, {}).get("kv_pool", {}).get("observed") or {}).get("kv_pool_tokens")
-             for a in ARMS}
+    pools = {a: pool_observed(summary, a).get("kv_pool_tokens") for a in ARMS}
+    kv_gib = {(pool_observed(summary, a).get("plan") or {}).get("planned_kv_bytes", 0) / (1 << 30) for a in ARMS} - {0}
+    same = f" (the same {kv_gib.pop():g} GiB per server)" if len(kv_gib) == 1 else ""
     lines += ["", f"int8 / fp8 pool: {_ratio(pools['int8'], pools['fp8'])}; int8 / bf16 pool: "
-              f"{_ratio(pools['int8'], pools['bf16'])} (same 24 GiB per server).", "", "## Gates", "",
+              f"{_ratio(pools['int8'], pools['bf16'])}{same}.", "", "## Gates", "",
               "| gate | " + " | ".join(ARMS) + " |", "|---|" + "---|" * len(ARMS)]
     gates = summary.get("gates", {})
     for g in sorted({g for a in ARMS for g in gates.get(a, {}) if g != "error"}):
@@ -104,9 +111,9 @@ def pool_check(summary: dict, *, call: str, summary_name: str):
     from builder.plan.models import EnginePool, EnginePoolCheck
 
     arms, kv_bytes = {}, set()
-    for arm, gates in summary.get("gates", {}).items():
-        obs = (gates.get("kv_pool") or {}).get("observed") if isinstance(gates.get("kv_pool"), dict) else None
-        plan = (obs or {}).get("plan") or {}
+    for arm in summary.get("gates", {}):
+        obs = pool_observed(summary, arm)
+        plan = obs.get("plan") or {}
         if not obs or not plan.get("planned_tokens"):
             continue
         arms[arm] = EnginePool(kv_cache_dtype=obs["cache_config_info"]["cache_dtype"],
