@@ -222,6 +222,8 @@ def capacity_section(plan: CapacityPlan | None, *, plan_error: str | None, evide
             kv_cache_dtype=dtype, stored_as="-", configured=dtype == plan.configured_dtype, bytes_per_token_layer="-",
             bytes_per_token_all="-", pool=f"{tokens:,}", sessions=f"{int(conc):,}" if conc is not None else "-",
             vs_baseline=vs, source=f"measured (`{where}`)"))
+    # The engine run lives beside the kernel evidence: both come with the patch series.
+    engine = engine_pool_note(kernels_dir.parent / ENGINE_EVIDENCE / ENGINE_POOLS_FILE) if kernels_dir else None
     terms = [f"{'+' if t.bytes >= 0 else '-'} {abs(t.bytes) / GIB:,.2f} GiB {t.name} "
              f"({t.source if t.source.startswith(t.basis) else f'{t.basis}: {t.source}'})" for t in plan.budget.terms]
     int8 = any(d.scale_bytes_per_token_per_layer for d in plan.dtypes)
@@ -239,8 +241,6 @@ def capacity_section(plan: CapacityPlan | None, *, plan_error: str | None, evide
         budget=f"{plan.budget.kv_bytes / GIB:,.2f} GiB",
         budget_terms=terms,
         budget_exact=plan.budget.exact,
-        notes=[f"Model facts: `{plan.architecture_source}`.", *plan.notes,
-               *filter(None, [engine_pool_note(kernels_dir.parent / ENGINE_EVIDENCE / ENGINE_POOLS_FILE)
-                              if kernels_dir is not None else None])],
+        notes=[f"Model facts: `{plan.architecture_source}`.", *plan.notes, *([engine] if engine else [])],
         **kernel,
     )

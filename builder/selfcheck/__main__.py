@@ -12,11 +12,12 @@ import subprocess
 import sys
 import time
 import traceback
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from builder.selfcheck.engine import NotPatched, engine_checks, patched_backend
 from builder.selfcheck.lint import LintFailed, TargetGpu, lint_launch
-from builder.selfcheck.runtime import runtime_checks
+from builder.selfcheck.runtime import Missing, runtime_checks
 
 DEFAULT_TARGET_FILE = Path("/opt/qfn/selfcheck/target.json")
 DEFAULT_LAUNCH = Path("/opt/qfn/launch/run_qsa_int8kv.sh")
@@ -39,25 +40,25 @@ def run_engine_checks() -> bool:
     except NotPatched as exc:
         _say(f"FAIL patched backend: {exc}")
         return False
-    ok = True
-    for name, check in engine_checks():
-        try:
-            _say(f"ok   {name}: {check(backend)}")
-        except Exception as exc:  # an assertion or an engine error: both fail the check
-            ok = False
-            _say(f"FAIL {name}: {type(exc).__name__}: {_one_line(str(exc))}")
-    return ok
+    return _run_checks((name, lambda check=check: check(backend)) for name, check in engine_checks())
 
 
 def run_runtime_checks(arch: str) -> bool:
     _say(f"== runtime pieces (what the engine reaches for on a GPU, {arch}) ==")
+    return _run_checks(runtime_checks(arch))
+
+
+def _run_checks(checks: Iterable[tuple[str, Callable[[], str]]]) -> bool:
+    """One ok/FAIL line per check; every check runs. A missing piece says what it is by itself; any
+    other failure (an assertion, an engine error) is named by its type."""
     ok = True
-    for name, check in runtime_checks(arch):
+    for name, check in checks:
         try:
             _say(f"ok   {name}: {check()}")
         except Exception as exc:
             ok = False
-            _say(f"FAIL {name}: {_one_line(str(exc))}")
+            kind = "" if isinstance(exc, Missing) else f"{type(exc).__name__}: "
+            _say(f"FAIL {name}: {kind}{_one_line(str(exc))}")
     return ok
 
 
