@@ -110,10 +110,13 @@ async def query_scored(client: httpx.AsyncClient, url: str, model: str, prompt_i
         r = await _post(client, url, {**_common(model, prompt_ids), "max_tokens": 1, "logprobs": 1,
                                       "logprob_token_ids": ids, "cache_salt": salt})
         top = r["choices"][0]["logprobs"]["top_logprobs"][0]
-        out.sampled_logprobs = {parse_token_id(k): float(v) for k, v in top.items()}
-        missing = set(ids) - set(out.sampled_logprobs)
+        got = {parse_token_id(k): float(v) for k, v in top.items()}
+        missing = set(ids) - set(got)
         if missing:
             raise RuntimeError(f"server returned no log-prob for {len(missing)} of the {len(ids)} sampled ids")
+        # vLLM adds the token it sampled when that is not among the asked ids (call 33): it differs
+        # between servers, and the estimator needs the same ids on both sides.
+        out.sampled_logprobs = {i: got[i] for i in ids}
     except _ERRORS as exc:
         out.error = f"{type(exc).__name__}: {exc}"[:300]
 
@@ -151,11 +154,16 @@ def compare(reference: list[PromptResult], other: list[PromptResult], *, vocab_s
         if ref.error or got.error:
             errors.append(ref.error or got.error)
             continue
+        try:
+            kl = kl_estimate(ref.sampled_logprobs, got.sampled_logprobs, vocab_size=vocab_size)
+        except ValueError as exc:  # one prompt's mismatch is that prompt's error, not the phase's
+            errors.append(str(exc))
+            continue
         frac, prefix = agreement(ref.greedy, got.greedy)
         agree.append(frac)
         prefixes.append(prefix)
         first_same.append(bool(ref.greedy and got.greedy and ref.greedy[0] == got.greedy[0]))
-        kls.append(kl_estimate(ref.sampled_logprobs, got.sampled_logprobs, vocab_size=vocab_size))
+        kls.append(kl)
     n = len(kls)
     return {
         "prompts": n,

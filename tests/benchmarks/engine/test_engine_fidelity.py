@@ -124,7 +124,9 @@ class _Recorder:
                     recorder.events.append((kind, "start", time.monotonic(), body))
                 time.sleep(0.05 if kind == "greedy" else 0.01)
                 n = body["max_tokens"]
-                top = [{f"token_id:{t}": -4.0 for t in body.get("logprob_token_ids", [])}] if kind == "scored" else None
+                # As vLLM does, the sampled token joins the asked ids' log-probs: here one outside them.
+                top = ([{**{f"token_id:{t}": -4.0 for t in body.get("logprob_token_ids", [])},
+                         f"token_id:{vocab + len(recorder.events)}": -0.5}] if kind == "scored" else None)
                 resp = {"choices": [{"logprobs": {"tokens": [f"token_id:{i % vocab}" for i in range(n)],
                                                   "top_logprobs": top}}]}
                 data = json.dumps(resp).encode()
@@ -161,3 +163,12 @@ def test_scored_requests_start_after_every_greedy_one_ended_each_with_its_own_ca
     salts = [b.get("cache_salt") for k, e, _, b in srv.events if k == "scored" and e == "start"]
     assert len(salts) == 12 and None not in salts and len(set(salts)) == 12
     assert all("cache_salt" not in b for k, e, _, b in srv.events if k == "greedy")
+
+
+def test_a_prompt_whose_ids_differ_is_that_prompts_error_not_the_comparisons():
+    p, q = pair(50, 0.05)
+    ref = [fidelity.PromptResult(greedy=[1], sampled_logprobs=p)] * 2
+    got = [fidelity.PromptResult(greedy=[1], sampled_logprobs=q),
+           fidelity.PromptResult(greedy=[1], sampled_logprobs={**q, 99: -1.0})]
+    out = fidelity.compare(ref, got, vocab_size=50)
+    assert out["prompts"] == 1 and out["errors"] == 1 and "same" in out["error_examples"][0]
