@@ -110,7 +110,7 @@ def main(argv: list[str] | None = None) -> int:
     prep.add_argument("--layout", choices=list(LAYOUT_KINDS), default="tp1",
                       help="tp2-ep: int8 vs bf16 with cmp170hx-x2's TP2 + EP, on the nvidia-h200-x2 kind")
     prep.add_argument("--graphs", action="store_true",
-                      help="carry nvidia-cutlass-dsl (graphs.lock, ~97 MB: two more pieces) and measure with CUDA graphs")
+                      help="carry nvidia-cutlass-dsl and quack-kernels (graphs.lock, ~105 MB: two more pieces) and measure with CUDA graphs")
     args = p.parse_args(argv)
     try:
         if args.command == "wheels":

@@ -71,13 +71,23 @@ def python_env(state: Path, *, graphs: bool = False) -> dict[str, str]:
     """The device python with the carried wheels and the engine tree in front of its own packages,
     and the launch folder, as the rendered launch script sets it (the plan's --middleware lives there).
     `graphs` adds nvidia-cutlass-dsl (state/site-graphs); without it the engine never imports cutlass."""
-    paths = [*([str(state / GRAPHS_SITE)] if graphs else []), str(state / "site"), str(state / "engine"), str(REPO),
+    paths = [*(site_paths(state / GRAPHS_SITE) if graphs else []), str(state / "site"), str(state / "engine"), str(REPO),
              str(LAUNCH_TEMPLATES_DIR)]
     env = dict(os.environ)
     env["PYTHONPATH"] = ":".join(paths + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
     env["QFN_REPO_ROOT"] = str(REPO)
     env["PYTHONUNBUFFERED"] = "1"
     return env
+
+
+def site_paths(site_dir: Path) -> list[str]:
+    """site_dir and what its .pth files add. A PYTHONPATH entry skips .pth files, and
+    nvidia-cutlass-dsl puts `cutlass` on the path only through one (call 38: No module named 'cutlass')."""
+    code = ("import site, sys; before = set(sys.path); site.addsitedir(sys.argv[1]); "
+            "print('\\n'.join(p for p in sys.path if p not in before))")
+    out = subprocess.run([sys.executable, "-S", "-c", code, str(site_dir)], capture_output=True, text=True, check=True)
+    added = [p for p in out.stdout.splitlines() if p]
+    return [str(site_dir), *(p for p in added if p != str(site_dir))]
 
 
 def install_wheels(state: Path, *, wheels_dir: str = "wheels", site: str = "site") -> bool:
@@ -315,6 +325,31 @@ async def run_gates(servers: dict, ready: list[str], work: Path, model_dir: Path
     return out
 
 
+async def probe_determinism(servers: dict, ready: list[str], gates: dict, model_dir: Path) -> dict:
+    """Where the determinism gate failed, the same prompt again one at a time (determinism.py says
+    what each outcome means); the arms run side by side."""
+    import asyncio
+
+    from benchmarks.engine import determinism
+    from builder.measure.settings import gate_settings, load_expectations
+
+    failed = [label for label in ready if gates.get(label, {}).get("determinism", {}).get("verdict") == "fail"]
+
+    async def one(label: str) -> dict:
+        s = servers[label]
+        try:
+            settings = gate_settings(s["cfg"], model_dir=model_dir)
+            prompt = load_expectations(settings.expectations).determinism_prompt
+            return await determinism.probe(s["url"], s["cfg"].model.served_name, prompt,
+                                           runs=settings.gates.determinism_runs, max_tokens=64)
+        except Exception as exc:
+            return {"error": error_text(exc)}
+
+    out = dict(zip(failed, await asyncio.gather(*(one(label) for label in failed))))
+    log("determinism probe: " + json.dumps(out)[:400])
+    return out
+
+
 def fidelity_prompts(model_dir: Path) -> list[list[int]]:
     """FIDELITY_PROMPTS distinct prompts of exactly FIDELITY_PROMPT_TOKENS token ids."""
     import random
@@ -335,8 +370,9 @@ def fidelity_prompts(model_dir: Path) -> list[list[int]]:
     return prompts
 
 
-async def run_fidelity(servers: dict, ready: list[str], model_dir: Path) -> dict:
+async def run_fidelity(servers: dict, ready: list[str], model_dir: Path, work: Path) -> dict:
     import asyncio
+    import dataclasses
 
     from transformers import AutoTokenizer
 
@@ -357,6 +393,8 @@ async def run_fidelity(servers: dict, ready: list[str], model_dir: Path) -> dict
     results = dict(zip(labels, await asyncio.gather(*(query(label) for label in labels))))
     # Control: bf16 against itself (a second pass: greedy from its prefix cache, scored prefilled anew): the noise floor.
     results["bf16-repeat"] = await query("bf16")
+    # Kept before any comparison: a comparison that fails must not lose what the servers said.
+    (work / "fidelity-raw.json").write_text(json.dumps({k: [dataclasses.asdict(r) for r in v] for k, v in results.items()}))
     out = {"prompts": len(prompts), "prompt_tokens": FIDELITY_PROMPT_TOKENS, "greedy_tokens": FIDELITY_GREEDY_TOKENS,
            "sample_ids": FIDELITY_SAMPLE_IDS, "vocab_size": vocab, "reference": "bf16", "compare": {}}
     for label in ("int8", "fp8", "bf16-repeat"):
@@ -474,10 +512,12 @@ def measure(*, carried: Path, state: Path, out: Path, budget_s: float, phases: t
         if "gates" in phases:
             summary["gates"] = asyncio.run(run_gates(servers, ready, work, state / "model"))
             summary["phases"]["gates_s"] = clock.elapsed()
+            summary["determinism_probe"] = asyncio.run(probe_determinism(servers, ready, summary["gates"], state / "model"))
+            summary["phases"]["determinism_probe_s"] = clock.elapsed()
             pack(out, work, summary)
         if "fidelity" in phases and clock.left() > 30:
             try:
-                summary["fidelity"] = asyncio.run(run_fidelity(servers, ready, state / "model"))
+                summary["fidelity"] = asyncio.run(run_fidelity(servers, ready, state / "model", work))
             except Exception as exc:
                 summary["fidelity"] = {"error": error_text(exc)}
             summary["phases"]["fidelity_s"] = clock.elapsed()

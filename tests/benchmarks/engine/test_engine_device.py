@@ -214,3 +214,23 @@ def test_graphs_without_cutlass_in_the_carry_is_refused_with_the_fix(tmp_path):
     (carried / "manifest.json").write_text(json.dumps({"components": [], "pieces": []}))
     assert device.measure(carried=carried, state=tmp_path / "state", out=out, budget_s=60, graphs=True) == 1
     assert "prepare --graphs" in json.loads((out / "summary.json").read_text())["error"]
+
+
+def test_graphs_path_follows_the_cutlass_dsl_pth_file(tmp_path):
+    """nvidia-cutlass-dsl's `cutlass` is reachable only through its .pth file, which a PYTHONPATH
+    entry never runs (call 38: every graphs server died on `No module named 'cutlass'`)."""
+    import subprocess
+    import sys
+
+    site = tmp_path / device.GRAPHS_SITE
+    pkg = site / "nvidia_cutlass_dsl" / "dsl_packages" / "cutlass"
+    pkg.mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    # The wheel's own line (nvidia_cutlass_dsl-4.8.0, nvidia_cutlass_dsl_packages.pth).
+    (site / "nvidia_cutlass_dsl_packages.pth").write_text(
+        "import sys, os, nvidia_cutlass_dsl; sys.path.insert(0, os.path.join(nvidia_cutlass_dsl.__path__[0], 'dsl_packages'))\n")
+    probe = [sys.executable, "-c", "import cutlass"]
+    env = device.python_env(tmp_path, graphs=True)
+    assert subprocess.run(probe, env=env, capture_output=True).returncode == 0
+    env["PYTHONPATH"] = env["PYTHONPATH"].replace(str(site / "nvidia_cutlass_dsl" / "dsl_packages") + ":", "")
+    assert subprocess.run(probe, env=env, capture_output=True).returncode != 0  # the site dir alone is not enough
