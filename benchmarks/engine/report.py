@@ -1,7 +1,7 @@
-"""bench.md, bench.png and kv-pools.json from one `device.py measure` summary (CPU; matplotlib for the plot).
+"""bench.md, bench.png and kv-pools.json from `device.py measure` summaries (CPU; matplotlib for the plot).
 
-    python -m benchmarks.engine.report --summary evidence/engine-h200/runs/call25-summary.json \
-        --out evidence/engine-h200 --call 25
+    python -m benchmarks.engine.report --out evidence/engine-h200 \
+        --run 33=evidence/engine-h200/runs/call33-summary.json --run 49=evidence/engine-h200/runs/call49-summary.json
 
 Tables: servers and KV pools, gates, fidelity against bf16 KV, and the bench grid with int8's
 ratios to fp8 and bf16 measured in the same run. Every number is "engine on an H200, small
@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from dataclasses import dataclass
 from pathlib import Path
 
 ARMS = ("int8", "fp8", "bf16")
@@ -42,37 +43,122 @@ def cells_by_key(summary: dict) -> dict[tuple[int, int], dict[str, dict]]:
     return dict(sorted(grid.items()))
 
 
-def markdown(summary: dict, *, call: str) -> str:
-    ready = {a: v.get("ready_s") for a, v in summary.get("attempts", {}).get(summary.get("weights", ""), {}).items()}
-    lines = [f"# Engine bench, call {call}: {LABEL}", ""]
-    spec = summary.get("model", {}).get("spec", {})
-    if spec:
+@dataclass(frozen=True)
+class Run:
+    """One `device.py measure` summary and the device call that wrote it."""
+
+    call: str
+    name: str
+    summary: dict
+
+    @property
+    def mode(self) -> str:
+        return "CUDA graphs" if self.summary.get("graphs") else "eager"
+
+    @property
+    def ready(self) -> dict[str, float | None]:
+        s = self.summary
+        return {a: v.get("ready_s") for a, v in s.get("attempts", {}).get(s.get("weights", ""), {}).items()}
+
+
+def _last(runs: list[Run], has) -> Run | None:
+    return next((r for r in reversed(runs) if has(r.summary)), None)
+
+
+def gates_run(runs: list[Run]) -> Run | None:
+    return _last(runs, lambda s: any(isinstance(v, dict) and "kv_pool" in v for v in s.get("gates", {}).values()))
+
+
+def _bench_table(run: Run) -> list[str]:
+    lines = ["| prompt | conc. | TTFT ms int8 / fp8 / bf16 | decode tok/s int8 / fp8 / bf16 | decode int8/fp8 | decode int8/bf16 | MTP acceptance int8 |",
+             "|---|---|---|---|---|---|---|"]
+    for (length, conc), arms in cells_by_key(run.summary).items():
+        ttft = " / ".join(_fmt(arms.get(a, {}).get("mean_ttft_ms"), ".0f") for a in ARMS)
+        dec = {a: arms.get(a, {}).get("mean_decode_tok_s") for a in ARMS}
+        lines.append(f"| {length // 1024}K | {conc} | {ttft} | " + " / ".join(_fmt(dec[a], '.1f') for a in ARMS)
+                     + f" | {_ratio(dec['int8'], dec['fp8'])} | {_ratio(dec['int8'], dec['bf16'])} | "
+                     f"{_fmt(arms.get('int8', {}).get('mtp_acceptance'), '.2f')} |")
+    bench = run.summary.get("bench", {})
+    if bench.get("skipped"):
+        lines += ["", "Skipped for the device budget: " + ", ".join(
+            f"{s['input_len'] // 1024}K x c{s['concurrency']}" for s in bench["skipped"]) + "."]
+    failed = [c for c in bench.get("cells", []) if c.get("error")]
+    if failed:
+        lines += ["", f"{len(failed)} cells failed: " + "; ".join(f"{c['arm']} {c['workload']}" for c in failed[:6])]
+    not_ready = [a for a in ARMS if a in run.ready and a not in {c.get("arm") for c in bench.get("cells", [])}]
+    if not_ready:
+        lines += ["", "Not in this run's bench (server not ready): " + ", ".join(not_ready) + "."]
+    return lines
+
+
+def _graphs_over_eager(runs: list[Run]) -> list[str]:
+    """decode tok/s with CUDA graphs over eager, per arm, for the cells both modes measured."""
+    eager = _last(runs, lambda s: not s.get("graphs") and cells_by_key(s))
+    graphs = _last(runs, lambda s: s.get("graphs") and cells_by_key(s))
+    if not (eager and graphs):
+        return []
+    e, g = cells_by_key(eager.summary), cells_by_key(graphs.summary)
+    rows = []
+    for key in sorted(set(e) & set(g)):
+        rows.append(f"| {key[0] // 1024}K | {key[1]} | " + " | ".join(
+            _ratio(g[key].get(a, {}).get("mean_decode_tok_s"), e[key].get(a, {}).get("mean_decode_tok_s")) for a in ARMS) + " |")
+    if not rows:
+        return []
+    return ["", f"## CUDA graphs over eager (decode tok/s, call {graphs.call} over call {eager.call})", "",
+            "| prompt | conc. | " + " | ".join(ARMS) + " |", "|---|---|" + "---|" * len(ARMS), *rows]
+
+
+def markdown(runs: list[Run]) -> str:
+    calls = ", ".join(r.call for r in runs)
+    lines = [f"# Engine bench, call{'s' if len(runs) > 1 else ''} {calls}: {LABEL}", ""]
+    with_model = _last(runs, lambda s: s.get("model", {}).get("spec"))
+    if with_model:
+        spec, m = with_model.summary["model"]["spec"], with_model.summary["model"]
         lines += [f"Model: {spec.get('num_hidden_layers')} layers (QSA every {spec.get('qsa_every')}), "
                   f"{spec.get('num_attention_heads')} q / {spec.get('num_key_value_heads')} KV heads x {spec.get('head_dim')}, "
                   f"indexer {spec.get('indexer_n_heads')} x {spec.get('indexer_head_dim')}, budget {spec.get('indexer_budget')}; "
-                  f"{summary['model'].get('parameters', 0):,} parameters, weights: {summary.get('weights')}.", ""]
-    lines += ["## Servers and KV pools", "", "| arm | ready after (s) | KV pool (tokens) | planned | measured / planned |",
-              "|---|---|---|---|---|"]
-    for arm in ARMS:
-        obs = pool_observed(summary, arm)
-        plan = obs.get("plan") or {}
-        lines.append(f"| {arm} | {_fmt(ready.get(arm), '.0f')} | {_fmt(obs.get('kv_pool_tokens'), ',')} | "
-                     f"{_fmt(plan.get('planned_tokens'), ',')} | {_fmt(plan.get('measured_over_planned'), '.4f')} |")
-    pools = {a: pool_observed(summary, a).get("kv_pool_tokens") for a in ARMS}
-    kv_gib = {(pool_observed(summary, a).get("plan") or {}).get("planned_kv_bytes", 0) / (1 << 30) for a in ARMS} - {0}
-    same = f" (the same {kv_gib.pop():g} GiB per server)" if len(kv_gib) == 1 else ""
-    lines += ["", f"int8 / fp8 pool: {_ratio(pools['int8'], pools['fp8'])}; int8 / bf16 pool: "
-              f"{_ratio(pools['int8'], pools['bf16'])}{same}.", "", "## Gates", "",
-              "| gate | " + " | ".join(ARMS) + " |", "|---|" + "---|" * len(ARMS)]
-    gates = summary.get("gates", {})
-    for g in sorted({g for a in ARMS for g in gates.get(a, {}) if g != "error"}):
-        row = []
-        for a in ARMS:
-            ev = gates.get(a, {}).get(g)
-            row.append(f"{ev['verdict']}: {ev['summary']}" if isinstance(ev, dict) else "-")
-        lines.append(f"| {g} | " + " | ".join(row) + " |")
-    fid = summary.get("fidelity", {})
-    lines += ["", "## Fidelity against bf16 KV", ""]
+                  f"{m.get('parameters', 0):,} parameters, weights: {with_model.summary.get('weights')}.", ""]
+    lines += ["## Runs", "", "| call | mode | phases run | ready after (s) int8 / fp8 / bf16 | total (s) |", "|---|---|---|---|---|"]
+    for r in runs:
+        phases = [k[:-2] for k in r.summary.get("phases", {}) if k.endswith("_s") and k[:-2] in ("gates", "determinism_probe", "fidelity", "bench")]
+        lines.append(f"| {r.call} | {r.mode} | {', '.join(phases) or 'none'} | "
+                     + " / ".join(_fmt(r.ready.get(a), '.0f') if r.ready.get(a) else ("not ready" if a in r.ready else "-") for a in ARMS)
+                     + f" | {_fmt(r.summary.get('phases', {}).get('total_s'), '.0f')} |")
+    g = gates_run(runs)
+    lines += ["", "## KV pools" + (f" (call {g.call})" if g else ""), ""]
+    if g:
+        summary = g.summary
+        lines += ["| arm | KV pool (tokens) | planned | measured / planned |", "|---|---|---|---|"]
+        for arm in ARMS:
+            obs = pool_observed(summary, arm)
+            plan = obs.get("plan") or {}
+            lines.append(f"| {arm} | {_fmt(obs.get('kv_pool_tokens'), ',')} | "
+                         f"{_fmt(plan.get('planned_tokens'), ',')} | {_fmt(plan.get('measured_over_planned'), '.4f')} |")
+        pools = {a: pool_observed(summary, a).get("kv_pool_tokens") for a in ARMS}
+        kv_gib = {(pool_observed(summary, a).get("plan") or {}).get("planned_kv_bytes", 0) / (1 << 30) for a in ARMS} - {0}
+        same = f" (the same {kv_gib.pop():g} GiB per server)" if len(kv_gib) == 1 else ""
+        lines += ["", f"int8 / fp8 pool: {_ratio(pools['int8'], pools['fp8'])}; int8 / bf16 pool: "
+                  f"{_ratio(pools['int8'], pools['bf16'])}{same}.", "", f"## Gates (call {g.call})", "",
+                  "| gate | " + " | ".join(ARMS) + " |", "|---|" + "---|" * len(ARMS)]
+        gates = summary.get("gates", {})
+        for name in sorted({n for a in ARMS for n in gates.get(a, {}) if n != "error"}):
+            row = []
+            for a in ARMS:
+                ev = gates.get(a, {}).get(name)
+                row.append(f"{ev['verdict']}: {ev['summary']}" if isinstance(ev, dict) else "-")
+            lines.append(f"| {name} | " + " | ".join(row) + " |")
+        probe = summary.get("determinism_probe") or {}
+        if probe:
+            lines += ["", "Determinism probe (the gate's prompt again, one request at a time; distinct outputs of "
+                      "the runs): " + "; ".join(
+                          f"{a} " + (f"error {v['error'][:80]!r}" if "error" in v else
+                                     ", ".join(f"{mode} {v[mode]['unique']} of {v[mode]['runs']}" for mode in v))
+                          for a, v in probe.items()) + "."]
+    else:
+        lines.append("No run measured the gates.")
+    f_run = _last(runs, lambda s: s.get("fidelity", {}).get("compare")) or _last(runs, lambda s: "fidelity" in s)
+    lines += ["", "## Fidelity against bf16 KV" + (f" (call {f_run.call}, {f_run.mode})" if f_run else ""), ""]
+    fid = f_run.summary["fidelity"] if f_run else {}
     if fid.get("compare"):
         lines += [f"{fid.get('prompts')} prompts of {fid.get('prompt_tokens')} tokens, {fid.get('greedy_tokens')} greedy "
                   f"tokens, KL from {fid.get('sample_ids')} sampled ids (vocab {fid.get('vocab_size')}).", "",
@@ -85,30 +171,23 @@ def markdown(summary: dict, *, call: str) -> str:
         if errs:
             lines += ["", "Errors: " + "; ".join(f"`{e}`" for e in errs)]
     else:
-        lines.append(f"Not measured: {fid.get('error', 'no fidelity phase in this run')}")
-    grid = cells_by_key(summary)
-    lines += ["", "## Bench (arms interleaved per cell, rotating order; 64 output tokens)", "",
-              "| prompt | conc. | TTFT ms int8 / fp8 / bf16 | decode tok/s int8 / fp8 / bf16 | decode int8/fp8 | decode int8/bf16 | MTP acceptance int8 |",
-              "|---|---|---|---|---|---|---|"]
-    for (length, conc), arms in grid.items():
-        ttft = " / ".join(_fmt(arms.get(a, {}).get("mean_ttft_ms"), ".0f") for a in ARMS)
-        dec = {a: arms.get(a, {}).get("mean_decode_tok_s") for a in ARMS}
-        lines.append(f"| {length // 1024}K | {conc} | {ttft} | " + " / ".join(_fmt(dec[a], '.1f') for a in ARMS)
-                     + f" | {_ratio(dec['int8'], dec['fp8'])} | {_ratio(dec['int8'], dec['bf16'])} | "
-                     f"{_fmt(arms.get('int8', {}).get('mtp_acceptance'), '.2f')} |")
-    skipped = summary.get("bench", {}).get("skipped", [])
-    if skipped:
-        lines += ["", "Skipped for the device budget: " + ", ".join(
-            f"{s['input_len'] // 1024}K x c{s['concurrency']}" for s in skipped) + "."]
-    failed = [c for c in summary.get("bench", {}).get("cells", []) if c.get("error")]
-    if failed:
-        lines += ["", f"{len(failed)} cells failed: " + "; ".join(f"{c['arm']} {c['workload']}" for c in failed[:6])]
+        lines.append(f"Not measured: {fid.get('error', 'no fidelity phase in these runs')}")
+    for r in runs:
+        if "bench" in r.summary:
+            lines += ["", f"## Bench, call {r.call}, {r.mode} (arms interleaved per cell, rotating order; 64 output tokens)", "",
+                      *_bench_table(r)]
+    lines += _graphs_over_eager(runs)
     return "\n".join(lines) + "\n"
 
 
-def pool_check(summary: dict, *, call: str, summary_name: str):
-    """builder.plan.models.EnginePoolCheck from the kv_pool gates of a run, or None without them."""
+def pool_check(runs: list[Run]):
+    """builder.plan.models.EnginePoolCheck from the last run's kv_pool gates, or None without them."""
     from builder.plan.models import EnginePool, EnginePoolCheck
+
+    run = gates_run(runs)
+    if run is None:
+        return None
+    summary = run.summary
 
     arms, kv_bytes = {}, set()
     for arm in summary.get("gates", {}):
@@ -121,29 +200,34 @@ def pool_check(summary: dict, *, call: str, summary_name: str):
         kv_bytes.add(plan["planned_kv_bytes"])
     if not arms or len(kv_bytes) != 1:
         return None
-    return EnginePoolCheck(run=f"call {call} ({summary_name})", label=LABEL, kv_bytes=kv_bytes.pop(), arms=arms)
+    return EnginePoolCheck(run=f"call {run.call} ({run.name})", label=LABEL, kv_bytes=kv_bytes.pop(), arms=arms)
 
 
-def plot(summary: dict, out: Path, *, call: str) -> Path | None:
-    grid = cells_by_key(summary)
-    if not grid:
+def plot(runs: list[Run], out: Path) -> Path | None:
+    """TTFT and decode per cell and arm, one column per run that benched (eager, graphs)."""
+    benched = [r for r in runs if cells_by_key(r.summary)]
+    if not benched:
         return None
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    keys = list(grid)
-    xs = range(len(keys))
-    fig, axes = plt.subplots(1, 2, figsize=(12, 4.2))
-    for ax, metric, title in ((axes[0], "mean_ttft_ms", "mean TTFT (ms)"), (axes[1], "mean_decode_tok_s", "decode tok/s per request")):
-        for i, arm in enumerate(ARMS):
-            ax.bar([x + (i - 1) * 0.27 for x in xs], [grid[k].get(arm, {}).get(metric, 0) for k in keys], 0.27, label=arm)
-        ax.set_xticks(list(xs), [f"{k[0] // 1024}K c{k[1]}" for k in keys], rotation=30)
-        ax.set_title(title)
-    axes[0].set_yscale("log")
-    axes[1].legend()
-    fig.suptitle(f"call {call}: {LABEL}", fontsize=9)
+    fig, axes = plt.subplots(2, len(benched), figsize=(6 * len(benched), 7.5), squeeze=False)
+    for col, run in enumerate(benched):
+        grid = cells_by_key(run.summary)
+        keys = list(grid)
+        xs = range(len(keys))
+        for row, (metric, title) in enumerate((("mean_ttft_ms", "mean TTFT (ms)"), ("mean_decode_tok_s", "decode tok/s per request"))):
+            ax = axes[row][col]
+            for i, arm in enumerate(ARMS):
+                ax.bar([x + (i - 1) * 0.27 for x in xs], [grid[k].get(arm, {}).get(metric, 0) for k in keys], 0.27, label=arm)
+            ax.set_xticks(list(xs), [f"{k[0] // 1024}K c{k[1]}" for k in keys], rotation=30)
+            ax.set_title(f"call {run.call}, {run.mode}: {title}", fontsize=10)
+            if row == 0:
+                ax.set_yscale("log")
+        axes[1][col].legend()
+    fig.suptitle(LABEL, fontsize=9)
     fig.tight_layout()
     path = out / "bench.png"
     fig.savefig(path, dpi=110)
@@ -151,19 +235,30 @@ def plot(summary: dict, out: Path, *, call: str) -> Path | None:
     return path
 
 
+def _run_arg(value: str) -> Run:
+    call, sep, path = value.partition("=")
+    if not sep or not call or not path:
+        raise argparse.ArgumentTypeError(f"{value!r}: give CALL=SUMMARY, e.g. 33=evidence/engine-h200/runs/call33-summary.json")
+    try:
+        return Run(call=call, name=Path(path).name, summary=json.loads(Path(path).read_text()))
+    except (OSError, ValueError) as exc:
+        raise argparse.ArgumentTypeError(f"{path}: {exc}") from exc
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--summary", type=Path, required=True, help="summary.json of a device.py measure run")
-    p.add_argument("--out", type=Path, required=True, help="folder for bench.md and bench.png")
-    p.add_argument("--call", default="?", help="the device call that produced it, for the titles")
+    p.add_argument("--run", type=_run_arg, action="append", required=True, metavar="CALL=SUMMARY",
+                   help="a device.py measure summary and its device call; repeat, oldest first: the gates, the "
+                        "fidelity and the KV pools come from the last run that has them, every bench is shown")
+    p.add_argument("--out", type=Path, required=True, help="folder for bench.md, bench.png and kv-pools.json")
     args = p.parse_args(argv)
-    summary = json.loads(args.summary.read_text())
+    runs: list[Run] = args.run
     args.out.mkdir(parents=True, exist_ok=True)
     tmp = args.out / "bench.md.part"
-    tmp.write_text(markdown(summary, call=args.call))
+    tmp.write_text(markdown(runs))
     tmp.rename(args.out / "bench.md")
-    png = plot(summary, args.out, call=args.call)
-    check = pool_check(summary, call=args.call, summary_name=args.summary.name)
+    png = plot(runs, args.out)
+    check = pool_check(runs)
     if check is not None:
         from builder.constants import ENGINE_POOLS_FILE
 

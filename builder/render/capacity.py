@@ -181,7 +181,7 @@ def engine_pool_note(path: Path) -> str | None:
         check = EnginePoolCheck.model_validate(_read_json(path))
     except ValidationError as exc:
         raise RenderError(f"{path}: not an engine pool check: {exc}",
-                          hint="regenerate it: python -m benchmarks.engine.report --summary S --out DIR") from exc
+                          hint="regenerate it: python -m benchmarks.engine.report --run CALL=SUMMARY --out DIR") from exc
     worst = max(abs(a.measured_tokens / a.planned_tokens - 1) for a in check.arms.values())
     by = {a.kv_cache_dtype: a.measured_tokens for a in check.arms.values()}
     int8 = by.get("int8_per_token_head")

@@ -1,32 +1,56 @@
-"""bench.md / bench.png from a real measure summary (call 25 on the H200) and from runs that measured less."""
+"""bench.md / bench.png / kv-pools.json from real measure summaries (the H200 calls 25, 33, 39 and
+49) and from runs that measured less."""
 
 from __future__ import annotations
 
 import json
 
+import pytest
+
 from benchmarks.engine import report
 from builder.constants import REPO_ROOT
 
-CALL25 = REPO_ROOT / "evidence/engine-h200/runs/call25-summary.json"
+RUNS = REPO_ROOT / "evidence/engine-h200/runs"
+CALL25, CALL33, CALL39, CALL49 = (RUNS / f"call{n}-summary.json" for n in (25, 33, 39, 49))
 
 
-def test_the_call25_tables_carry_every_arm_and_the_ratios_of_one_run(tmp_path):
-    assert report.main(["--summary", str(CALL25), "--out", str(tmp_path), "--call", "25"]) == 0
+def test_one_run_gives_its_pools_gates_fidelity_and_bench(tmp_path):
+    assert report.main(["--run", f"25={CALL25}", "--out", str(tmp_path)]) == 0
     md = (tmp_path / "bench.md").read_text()
     assert report.LABEL in md  # never the real model's numbers
-    assert "| int8 | 203 | 4,588,369 | 4,578,480 | 1.0022 |" in md
+    assert "| 25 | eager | gates, fidelity, bench | 203 / 203 / 203 |" in md
+    assert "| int8 | 4,588,369 | 4,578,480 | 1.0022 |" in md
     assert "int8 / bf16 pool: 1.90x" in md
     # 8K x c16: 27.6 int8, 30.1 fp8, 18.6 bf16 decode tok/s, measured in the same cell.
     assert "| 8K | 16 | 482 / 476 / 631 | 27.6 / 30.1 / 18.6 | 0.92x | 1.48x | 0.00 |" in md
     assert "Skipped for the device budget: 32K x c16, 128K x c1" in md
     assert "| int8 | 3 | 97 |" in md and "no log-prob for 128" in md
+    assert "CUDA graphs over eager" not in md  # no graphs run
     assert (tmp_path / "bench.png").stat().st_size > 10_000
+
+
+def test_the_sessions_runs_each_give_what_they_measured(tmp_path):
+    """Gates and pools from call 33, fidelity from call 39 (call 33's comparison failed), both
+    benches, and graphs over eager only where both modes measured the cell."""
+    argv = ["--out", str(tmp_path)]
+    for n, path in ((33, CALL33), (39, CALL39), (49, CALL49)):
+        argv += ["--run", f"{n}={path}"]
+    assert report.main(argv) == 0
+    md = (tmp_path / "bench.md").read_text()
+    assert "## Gates (call 33)" in md and "## Fidelity against bf16 KV (call 39, eager)" in md
+    assert "| int8 | 100 | 0 | 3.58e-06 |" in md and "| fp8 | 100 | 0 | 8.48e-06 |" in md
+    assert "int8 serial 1 of 8, serial_salted 1 of 8" in md
+    assert "| 49 | CUDA graphs | bench | 280 / 282 / not ready |" in md
+    assert "## Bench, call 33, eager" in md and "## Bench, call 49, CUDA graphs" in md
+    assert "| 8K | 1 | 9.13x | 8.12x | - |" in md  # 235.9 / 25.8 and 230.4 / 28.4
+    assert "Not in this run's bench (server not ready): bf16." in md
     pools = json.loads((tmp_path / "kv-pools.json").read_text())
-    assert pools["kv_bytes"] == 24 << 30 and pools["label"] == report.LABEL
+    assert pools["run"] == "call 33 (call33-summary.json)" and pools["kv_bytes"] == 24 << 30
     assert pools["arms"]["int8"] == {"kv_cache_dtype": "int8_per_token_head", "measured_tokens": 4_588_369,
                                      "planned_tokens": 4_578_480}
-    # the committed file is this run's
-    assert pools == json.loads((REPO_ROOT / "evidence/engine-h200/kv-pools.json").read_text()) | {"run": pools["run"]}
+    # the committed evidence is these runs' report
+    assert pools == json.loads((REPO_ROOT / "evidence/engine-h200/kv-pools.json").read_text())
+    assert md == (REPO_ROOT / "evidence/engine-h200/bench.md").read_text()
 
 
 def test_failed_cells_and_missing_phases_are_said_not_hidden(tmp_path):
@@ -36,12 +60,19 @@ def test_failed_cells_and_missing_phases_are_said_not_hidden(tmp_path):
         c.update(error="ReadError: ", completed=0)
     path = tmp_path / "s.json"
     path.write_text(json.dumps(summary))
-    report.main(["--summary", str(path), "--out", str(tmp_path / "o")])
+    report.main(["--run", f"1={path}", "--out", str(tmp_path / "o")])
     md = (tmp_path / "o" / "bench.md").read_text()
     assert "Not measured: RuntimeError: the bf16 KV server is not ready" in md
     assert "15 cells failed" in md
     assert not (tmp_path / "o" / "bench.png").exists()  # no completed cell, no plot
     del summary["gates"]
     path.write_text(json.dumps(summary))
-    report.main(["--summary", str(path), "--out", str(tmp_path / "p")])
+    report.main(["--run", f"1={path}", "--out", str(tmp_path / "p")])
     assert not (tmp_path / "p" / "kv-pools.json").exists()  # no kv_pool gate, no pool check
+    assert "No run measured the gates." in (tmp_path / "p" / "bench.md").read_text()
+
+
+def test_a_run_argument_without_its_call_is_refused_with_the_form(tmp_path, capsys):
+    with pytest.raises(SystemExit):
+        report.main(["--run", str(CALL25), "--out", str(tmp_path)])
+    assert "give CALL=SUMMARY" in capsys.readouterr().err
