@@ -57,6 +57,8 @@ KERNEL_EVIDENCE = "kernels"
 #: ENGINE_POOLS_FILE checks the capacity planner against vLLM's own pools.
 ENGINE_EVIDENCE = "engine-h200"
 ENGINE_POOLS_FILE = "kv-pools.json"
+#: ENGINE_FIDELITY_FILE: int8 and fp8 KV against bf16 KV in the same engine run.
+ENGINE_FIDELITY_FILE = "fidelity.json"
 #: Evidence files whose names start with this are benchmark results, not gates.
 BENCH_EVIDENCE_GLOB = "bench-*.json"
 #: Never copied into a bundle nor listed in a checksum manifest.

@@ -1,4 +1,4 @@
-"""bench.md, bench.png and kv-pools.json from `device.py measure` summaries (CPU; matplotlib for the plot).
+"""bench.md, bench.png, kv-pools.json and fidelity.json from `device.py measure` summaries (CPU; matplotlib for the plot).
 
     python -m benchmarks.engine.report --out evidence/engine-h200 \
         --run 33=evidence/engine-h200/runs/call33-summary.json --run 49=evidence/engine-h200/runs/call49-summary.json
@@ -203,6 +203,31 @@ def pool_check(runs: list[Run]):
     return EnginePoolCheck(run=f"call {run.call} ({run.name})", label=LABEL, kv_bytes=kv_bytes.pop(), arms=arms)
 
 
+#: fidelity.compare's labels and the --kv-cache-dtype each served.
+FIDELITY_DTYPES = {"int8": "int8_per_token_head", "fp8": "fp8", "bf16-repeat": "auto"}
+
+
+def fidelity_check(runs: list[Run]):
+    """builder.plan.models.EngineFidelityCheck from the last run that compared, or None without one."""
+    from builder.plan.models import EngineFidelityCheck, FidelityArm
+
+    run = _last(runs, lambda s: any((v.get("prompts") or 0) > 0 for v in s.get("fidelity", {}).get("compare", {}).values()))
+    if run is None:
+        return None
+    fid = run.summary["fidelity"]
+    arms = {label: FidelityArm(kv_cache_dtype=FIDELITY_DTYPES[label], prompts=v["prompts"], mean_kl=v["mean_kl"],
+                               kl_standard_error=v.get("kl_standard_error"), greedy_agreement=v["greedy_agreement"])
+            for label, v in fid["compare"].items() if label in FIDELITY_DTYPES and v.get("prompts")}
+    return EngineFidelityCheck(run=f"call {run.call} ({run.name})", label=LABEL, prompt_tokens=fid["prompt_tokens"],
+                               greedy_tokens=fid["greedy_tokens"], arms=arms)
+
+
+def _write_model(out: Path, name: str, model) -> None:
+    tmp = out / (name + ".part")
+    tmp.write_text(model.model_dump_json(indent=2) + "\n")
+    tmp.rename(out / name)
+
+
 def plot(runs: list[Run], out: Path) -> Path | None:
     """TTFT and decode per cell and arm, one column per run that benched (eager, graphs)."""
     benched = [r for r in runs if cells_by_key(r.summary)]
@@ -250,7 +275,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--run", type=_run_arg, action="append", required=True, metavar="CALL=SUMMARY",
                    help="a device.py measure summary and its device call; repeat, oldest first: the gates, the "
                         "fidelity and the KV pools come from the last run that has them, every bench is shown")
-    p.add_argument("--out", type=Path, required=True, help="folder for bench.md, bench.png and kv-pools.json")
+    p.add_argument("--out", type=Path, required=True, help="folder for bench.md, bench.png, kv-pools.json and fidelity.json")
     args = p.parse_args(argv)
     runs: list[Run] = args.run
     args.out.mkdir(parents=True, exist_ok=True)
@@ -258,14 +283,14 @@ def main(argv: list[str] | None = None) -> int:
     tmp.write_text(markdown(runs))
     tmp.rename(args.out / "bench.md")
     png = plot(runs, args.out)
-    check = pool_check(runs)
-    if check is not None:
-        from builder.constants import ENGINE_POOLS_FILE
+    from builder.constants import ENGINE_FIDELITY_FILE, ENGINE_POOLS_FILE
 
-        tmp = args.out / (ENGINE_POOLS_FILE + ".part")
-        tmp.write_text(check.model_dump_json(indent=2) + "\n")
-        tmp.rename(args.out / ENGINE_POOLS_FILE)
-    print(f"wrote {args.out / 'bench.md'}" + (f", {png}" if png else "") + (", kv-pools.json" if check else ""))
+    wrote = [str(args.out / "bench.md"), *([str(png)] if png else [])]
+    for name, model in ((ENGINE_POOLS_FILE, pool_check(runs)), (ENGINE_FIDELITY_FILE, fidelity_check(runs))):
+        if model is not None:
+            _write_model(args.out, name, model)
+            wrote.append(name)
+    print("wrote " + ", ".join(wrote))
     return 0
 
 

@@ -12,11 +12,11 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from builder.constants import ENGINE_EVIDENCE, ENGINE_POOLS_FILE
+from builder.constants import ENGINE_EVIDENCE, ENGINE_FIDELITY_FILE, ENGINE_POOLS_FILE
 from builder.errors import RenderError
 from builder.measure.evidence import GateEvidence
 from builder.plan.budget import GIB
-from builder.plan.models import CapacityPlan, EnginePoolCheck
+from builder.plan.models import CapacityPlan, EngineFidelityCheck, EnginePoolCheck
 
 KERNEL_SPEED_FILE = "qsa-grid-h200.json"
 KERNEL_ACCURACY_FILE = "qsa-int8-accuracy.json"
@@ -172,16 +172,23 @@ def kernel_accuracy(kernels_dir: Path) -> tuple[str | None, str, list[AccuracyRo
     return f"evidence/kernels/{KERNEL_ACCURACY_FILE}", str(data.get("metric", "")), rows
 
 
-def engine_pool_note(path: Path) -> str | None:
-    """One line: how close vLLM's own pools came to this planner's in the engine run, and the
-    int8 ratios it measured; None when there is no such run."""
+def _engine_check(path: Path, model, what: str):
+    """The engine evidence file as `model`; None when there is none."""
     if not path.is_file():
         return None
     try:
-        check = EnginePoolCheck.model_validate(_read_json(path))
+        return model.model_validate(_read_json(path))
     except ValidationError as exc:
-        raise RenderError(f"{path}: not an engine pool check: {exc}",
+        raise RenderError(f"{path}: not an engine {what}: {exc}",
                           hint="regenerate it: python -m benchmarks.engine.report --run CALL=SUMMARY --out DIR") from exc
+
+
+def engine_pool_note(path: Path) -> str | None:
+    """One line: how close vLLM's own pools came to this planner's in the engine run, and the
+    int8 ratios it measured; None when there is no such run."""
+    check = _engine_check(path, EnginePoolCheck, "pool check")
+    if check is None:
+        return None
     worst = max(abs(a.measured_tokens / a.planned_tokens - 1) for a in check.arms.values())
     by = {a.kv_cache_dtype: a.measured_tokens for a in check.arms.values()}
     int8 = by.get("int8_per_token_head")
@@ -191,6 +198,22 @@ def engine_pool_note(path: Path) -> str | None:
     return (f"Checked in the {check.label}, {check.kv_bytes / GIB:,.0f} GiB of KV per server, {check.run}: "
             f"vLLM's own pools for {', '.join(names)} were within {worst:.2%} of this planner's{held} "
             f"(evidence/{ENGINE_EVIDENCE}/{ENGINE_POOLS_FILE} in the qfn-int8kv repository).")
+
+
+def engine_fidelity_note(path: Path) -> str | None:
+    """One line: int8's and fp8's next-token KL to bf16 KV in the engine run, beside bf16 against
+    itself; None when there is no such run."""
+    check = _engine_check(path, EngineFidelityCheck, "fidelity check")
+    if check is None:
+        return None
+    named = {"int8_per_token_head": "int8", "fp8": "fp8", "auto": "bf16 against itself"}
+    arms = sorted(check.arms.values(), key=lambda a: list(named).index(a.kv_cache_dtype) if a.kv_cache_dtype in named else 9)
+    kl = ", ".join(f"{named.get(a.kv_cache_dtype, a.kv_cache_dtype)} {a.mean_kl:.1e}" for a in arms)
+    agree = " / ".join(f"{a.greedy_agreement:.2f}" for a in arms)
+    prompts = min(a.prompts for a in arms)
+    return (f"Fidelity checked in the {check.label}, {check.run}: over {prompts} prompts of {check.prompt_tokens:,} "
+            f"tokens, the mean next-token KL to bf16 KV was {kl}; greedy agreement over {check.greedy_tokens} tokens "
+            f"{agree} (evidence/{ENGINE_EVIDENCE}/{ENGINE_FIDELITY_FILE} in the qfn-int8kv repository).")
 
 
 def capacity_section(plan: CapacityPlan | None, *, plan_error: str | None, evidence_dir: Path,
@@ -223,7 +246,9 @@ def capacity_section(plan: CapacityPlan | None, *, plan_error: str | None, evide
             bytes_per_token_all="-", pool=f"{tokens:,}", sessions=f"{int(conc):,}" if conc is not None else "-",
             vs_baseline=vs, source=f"measured (`{where}`)"))
     # The engine run lives beside the kernel evidence: both come with the patch series.
-    engine = engine_pool_note(kernels_dir.parent / ENGINE_EVIDENCE / ENGINE_POOLS_FILE) if kernels_dir else None
+    engine_dir = kernels_dir.parent / ENGINE_EVIDENCE if kernels_dir else None
+    engine = [n for n in (engine_pool_note(engine_dir / ENGINE_POOLS_FILE),
+                          engine_fidelity_note(engine_dir / ENGINE_FIDELITY_FILE)) if n] if engine_dir else []
     terms = [f"{'+' if t.bytes >= 0 else '-'} {abs(t.bytes) / GIB:,.2f} GiB {t.name} "
              f"({t.source if t.source.startswith(t.basis) else f'{t.basis}: {t.source}'})" for t in plan.budget.terms]
     int8 = any(d.scale_bytes_per_token_per_layer for d in plan.dtypes)
@@ -241,6 +266,6 @@ def capacity_section(plan: CapacityPlan | None, *, plan_error: str | None, evide
         budget=f"{plan.budget.kv_bytes / GIB:,.2f} GiB",
         budget_terms=terms,
         budget_exact=plan.budget.exact,
-        notes=[f"Model facts: `{plan.architecture_source}`.", *plan.notes, *([engine] if engine else [])],
+        notes=[f"Model facts: `{plan.architecture_source}`.", *plan.notes, *engine],
         **kernel,
     )

@@ -232,3 +232,26 @@ def test_the_engine_pool_check_is_one_labelled_line_from_its_file(tmp_path):
     (root / ENGINE_EVIDENCE / ENGINE_POOLS_FILE).write_text(json.dumps({"run": "x", "arms": {}}))
     with pytest.raises(RenderError, match="benchmarks.engine.report"):
         _card(tmp_path, "h200", kernels_dir=root / "kernels")
+
+
+def test_the_engine_fidelity_check_is_one_labelled_line_from_its_file(tmp_path):
+    """evidence/engine-h200/fidelity.json (benchmarks.engine.report): int8's and fp8's KL to bf16 KV
+    beside bf16 against itself, labelled as the small random-weight model, never the real one."""
+    from builder.constants import ENGINE_EVIDENCE, ENGINE_FIDELITY_FILE
+
+    check = json.loads((EVIDENCE_DIR / ENGINE_EVIDENCE / ENGINE_FIDELITY_FILE).read_text())
+    arms = {a["kv_cache_dtype"]: a for a in check["arms"].values()}
+    _, text = _card(tmp_path, "h200", kernels_dir=EVIDENCE_DIR / "kernels")
+    line = next(ln for ln in _section(text, "What it buys you").splitlines() if "Fidelity checked in the engine" in ln)
+    assert "small Qwen4Exp with random weights (not the real model)" in line
+    kl = {d: f"{a['mean_kl']:.1e}" for d, a in arms.items()}
+    assert (f"KL to bf16 KV was int8 {kl['int8_per_token_head']}, fp8 {kl['fp8']}, "
+            f"bf16 against itself {kl['auto']}") in line
+    assert f"over {arms['fp8']['prompts']} prompts of {check['prompt_tokens']:,} tokens" in line
+    # A broken file is an error naming the fix, not a silent omission.
+    root = tmp_path / "evidence"
+    (root / "kernels").mkdir(parents=True)
+    (root / ENGINE_EVIDENCE).mkdir()
+    (root / ENGINE_EVIDENCE / ENGINE_FIDELITY_FILE).write_text(json.dumps({"run": "x", "arms": {"int8": {}}}))
+    with pytest.raises(RenderError, match="fidelity check"):
+        _card(tmp_path, "h200", kernels_dir=root / "kernels")

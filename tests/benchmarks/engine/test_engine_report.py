@@ -48,8 +48,13 @@ def test_the_sessions_runs_each_give_what_they_measured(tmp_path):
     assert pools["run"] == "call 33 (call33-summary.json)" and pools["kv_bytes"] == 24 << 30
     assert pools["arms"]["int8"] == {"kv_cache_dtype": "int8_per_token_head", "measured_tokens": 4_588_369,
                                      "planned_tokens": 4_578_480}
+    fidelity = json.loads((tmp_path / "fidelity.json").read_text())
+    assert fidelity["run"] == "call 39 (call39-summary.json)" and fidelity["label"] == report.LABEL
+    assert {a: (v["kv_cache_dtype"], v["prompts"]) for a, v in fidelity["arms"].items()} == {
+        "int8": ("int8_per_token_head", 100), "fp8": ("fp8", 100), "bf16-repeat": ("auto", 100)}
     # the committed evidence is these runs' report
     assert pools == json.loads((REPO_ROOT / "evidence/engine-h200/kv-pools.json").read_text())
+    assert fidelity == json.loads((REPO_ROOT / "evidence/engine-h200/fidelity.json").read_text())
     assert md == (REPO_ROOT / "evidence/engine-h200/bench.md").read_text()
 
 
@@ -65,6 +70,7 @@ def test_failed_cells_and_missing_phases_are_said_not_hidden(tmp_path):
     assert "Not measured: RuntimeError: the bf16 KV server is not ready" in md
     assert "15 cells failed" in md
     assert not (tmp_path / "o" / "bench.png").exists()  # no completed cell, no plot
+    assert not (tmp_path / "o" / "fidelity.json").exists()  # nothing compared, no fidelity check
     del summary["gates"]
     path.write_text(json.dumps(summary))
     report.main(["--run", f"1={path}", "--out", str(tmp_path / "p")])
