@@ -6,6 +6,8 @@
                                                         DIR/calls.json (each call's carry list and command)
 
 `prepare` prints the device calls; run them back to back (the machine stays warm 30 s).
+`prepare --triton-cache FILE` sends a Triton cache an earlier `measure` brought back
+($OUT/triton-cache.tar.xz) with the measuring call, so fresh servers skip most of their compiles.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
+import subprocess
 import sys
 from pathlib import Path
 
@@ -47,38 +50,73 @@ def _earlier_run_tree(dest: Path) -> str | None:
     return f"holds {', '.join(extra[:5])}, which copy_run_tree does not write" if extra else None
 
 
+#: What one device call may send: the checkout's travelling files plus what it carries.
+CALL_BYTES = 64 << 20
+CALL_MARGIN = 1 << 20
+#: Where the measuring call finds a carried Triton cache (device.py --triton-cache).
+CACHE_DIR = "caches"
+CACHE_ARCHIVE = "triton-cache.tar.xz"
+
+
+def travelling_bytes(root: Path) -> int:
+    """The checkout's files every device call sends: tracked, and untracked but not ignored."""
+    names = subprocess.run(["git", "-C", str(root), "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+                           capture_output=True, check=True).stdout.decode().split("\0")
+    return sum((root / n).stat().st_size for n in names if n and (root / n).is_file())
+
+
+def tree_bytes(path: Path) -> int:
+    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file()) if path.is_dir() else path.stat().st_size
+
+
 #: The device kind each --layout needs.
 LAYOUT_KINDS = {"tp1": "nvidia-h200", "tp2-ep": "nvidia-h200-x2"}
 
 
 def device_calls(*, out: Path, repo_rel: str, pieces: list[str], budget_s: int, layout: str = "tp1",
-                 graphs: bool = False) -> list[dict]:
+                 graphs: bool = False, triton_cache: bool = False) -> list[dict]:
     """One call per piece; the last one also measures. Paths are relative to the repo root the
     run tool sends (carry names them there); `kind` is the device kind every call must ask for."""
     run = f"{repo_rel}/run"
     carry_dir = f"{repo_rel}/carry"
+    caches = f"{repo_rel}/{CACHE_DIR}"
     driver = f"python3 {run}/benchmarks/engine/device.py"
     calls = []
     for i, piece in enumerate(pieces):
         last = i == len(pieces) - 1
         cmd = (
             f"set -o pipefail; PYTHONUNBUFFERED=1 {driver} measure --carried {carry_dir} --state /tmp/e18 "
-            f"--out $OUT --budget-s {budget_s} --layout {layout}{' --graphs' if graphs else ''} 2>&1 | tee $OUT/driver.log"
+            f"--out $OUT --budget-s {budget_s} --layout {layout}{' --graphs' if graphs else ''}"
+            f"{f' --triton-cache {caches}/{CACHE_ARCHIVE}' if triton_cache else ''} 2>&1 | tee $OUT/driver.log"
             if last else f"{driver} land --carried {carry_dir} --state /tmp/e18"
         )
-        calls.append({"carry": [run, f"{carry_dir}/manifest.json", f"{carry_dir}/{piece}"], "command": cmd,
-                      "timeout_s": budget_s + 90 if last else 240, "kind": LAYOUT_KINDS[layout]})
+        carry = [run, f"{carry_dir}/manifest.json", f"{carry_dir}/{piece}", *([caches] if last and triton_cache else [])]
+        calls.append({"carry": carry, "command": cmd, "timeout_s": budget_s + 90 if last else 240,
+                      "kind": LAYOUT_KINDS[layout]})
     return calls
 
 
-def prepare(*, out: Path, repo_rel: str, budget_s: int, piece_mib: int, layout: str = "tp1",
-            graphs: bool = False) -> dict:
+def prepare(*, out: Path, repo_root: Path, budget_s: int, piece_mib: int | None, layout: str = "tp1",
+            graphs: bool = False, triton_cache: Path | None = None) -> dict:
     from benchmarks.engine.carry import assemble
     from benchmarks.engine.lock import fetch_wheels
     from builder.hashing import sha256_file
     from builder.models.smollm2 import prepare_smollm2
     from builder.patches.engine import fetch_engine
 
+    if triton_cache is not None and not triton_cache.is_file():
+        raise EngineHarnessError(f"--triton-cache {triton_cache}: no such file",
+                                 hint=f"give the {CACHE_ARCHIVE} an earlier measure call wrote to $OUT")
+    cache_bytes = triton_cache.stat().st_size if triton_cache is not None else 0
+    with replace_dir(out / "run", replaceable=_earlier_run_tree, what="run tree", error=EngineHarnessError) as run:
+        copy_run_tree(run)
+    # Every call sends the checkout and the run tree; a piece gets what is left of the call's 64 MiB.
+    room = CALL_BYTES - CALL_MARGIN - travelling_bytes(repo_root) - tree_bytes(out / "run")
+    piece_bytes = room if piece_mib is None else piece_mib << 20
+    if piece_bytes > room or piece_bytes < 8 << 20:
+        raise EngineHarnessError(
+            f"a piece of {piece_bytes >> 20} MiB does not fit a device call: the checkout and run tree leave {room >> 20} MiB",
+            hint="leave --piece-mib out (it then takes what is left), or carry less in the checkout (it travels with every call)")
     engine = fetch_engine()
     tokenizer = prepare_smollm2().path
     wheels = fetch_wheels(dest=WHEELS_DIR)
@@ -87,12 +125,20 @@ def prepare(*, out: Path, repo_rel: str, budget_s: int, piece_mib: int, layout: 
     manifest = assemble(
         wheel=engine.wheel, wheel_sha256=engine.wheel_sha256, patches_dir=PATCHES_DIR, series_sha256=series,
         wheels=wheels, tokenizer_dir=tokenizer, out=out / "carry", work=WHEELS_DIR.parent / "engine-carry",
-        piece_bytes=piece_mib << 20, graph_wheels=graph_wheels,
+        piece_bytes=piece_bytes, graph_wheels=graph_wheels,
     )
-    with replace_dir(out / "run", replaceable=_earlier_run_tree, what="run tree", error=EngineHarnessError) as run:
-        copy_run_tree(run)
-    calls = device_calls(out=out, repo_rel=repo_rel, pieces=[p.name for p in manifest.pieces], budget_s=budget_s,
-                         layout=layout, graphs=graphs)
+    if triton_cache is not None:
+        if manifest.pieces[-1].size + cache_bytes > room:
+            raise EngineHarnessError(
+                f"--triton-cache {triton_cache} ({cache_bytes >> 20} MiB) and the last piece "
+                f"({manifest.pieces[-1].size >> 20} MiB) do not fit the measuring call ({room >> 20} MiB)",
+                hint="start without the cache (the servers compile again), or shrink the cache")
+        (out / CACHE_DIR).mkdir(exist_ok=True)
+        shutil.copy2(triton_cache, out / CACHE_DIR / CACHE_ARCHIVE)
+    else:
+        (out / CACHE_DIR / CACHE_ARCHIVE).unlink(missing_ok=True)
+    calls = device_calls(out=out, repo_rel=str(out.relative_to(repo_root)), pieces=[p.name for p in manifest.pieces],
+                         budget_s=budget_s, layout=layout, graphs=graphs, triton_cache=triton_cache is not None)
     (out / "calls.json").write_text(json.dumps(calls, indent=2) + "\n")
     return {"pieces": [(p.name, p.size) for p in manifest.pieces], "calls": calls}
 
@@ -106,11 +152,13 @@ def main(argv: list[str] | None = None) -> int:
     prep.add_argument("--out", type=Path, required=True, help="a folder inside the checkout the run tool sends")
     prep.add_argument("--repo-root", type=Path, required=True, help="that checkout's root (calls name paths from it)")
     prep.add_argument("--budget-s", type=int, default=510, help="the measuring call's own budget (its call gets 90 s more, up to the 600 s a device call may run)")
-    prep.add_argument("--piece-mib", type=int, default=56)
+    prep.add_argument("--piece-mib", type=int, help="piece size (default: what a call has left after the checkout and run tree)")
     prep.add_argument("--layout", choices=list(LAYOUT_KINDS), default="tp1",
                       help="tp2-ep: int8 vs bf16 with cmp170hx-x2's TP2 + EP, on the nvidia-h200-x2 kind")
     prep.add_argument("--graphs", action="store_true",
                       help="carry nvidia-cutlass-dsl and quack-kernels (graphs.lock, ~105 MB: two more pieces) and measure with CUDA graphs")
+    prep.add_argument("--triton-cache", type=Path,
+                      help=f"a {CACHE_ARCHIVE} an earlier measure call brought back: sent with the measuring call")
     args = p.parse_args(argv)
     try:
         if args.command == "wheels":
@@ -120,13 +168,14 @@ def main(argv: list[str] | None = None) -> int:
         else:
             if not 0 < args.budget_s <= 510:
                 p.error("--budget-s must be in 1..510 (the measuring call adds 90 s; a device call runs at most 600 s)")
-            if args.piece_mib <= 0 or args.piece_mib > 60:
-                p.error("--piece-mib must be in 1..60 (64 MiB per call, the repo copy travels too)")
+            if args.piece_mib is not None and not 8 <= args.piece_mib <= 60:
+                p.error("--piece-mib must be in 8..60 (64 MiB per call, the checkout travels too)")
             out, root = args.out.resolve(), args.repo_root.resolve()
             if not out.is_relative_to(root):
                 p.error(f"--out {out} must lie inside --repo-root {root}")
-            print(json.dumps(prepare(out=out, repo_rel=str(out.relative_to(root)), budget_s=args.budget_s,
-                                     piece_mib=args.piece_mib, layout=args.layout, graphs=args.graphs), indent=2))
+            print(json.dumps(prepare(out=out, repo_root=root, budget_s=args.budget_s, piece_mib=args.piece_mib,
+                                     layout=args.layout, graphs=args.graphs,
+                                     triton_cache=args.triton_cache.resolve() if args.triton_cache else None), indent=2))
     except BuilderError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return exc.exit_code

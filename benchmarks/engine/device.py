@@ -53,6 +53,14 @@ BENCH_LENGTHS = (8192, 32768, 131072)
 BENCH_CONCURRENCY = (1, 4, 16)
 BENCH_OUTPUT_TOKENS = 64
 LOG_TAIL_LINES = 300
+#: A server log's first lines: its start-up timeline (what took the ~200 s to ready).
+LOG_HEAD_LINES = 150
+#: Triton's compile cache, under state/ so `measure` can send it back ($OUT) and a later fresh
+#: machine start from it: a cold cache cost each start ~140 s (call 33: 208 s to ready; call 39, warm: 65 s).
+TRITON_CACHE = "triton-cache"
+CACHE_ARCHIVE = "triton-cache.tar.xz"
+#: The run tool takes back 16 MiB a file.
+CACHE_RETURN_BYTES = 15 << 20
 #: benchmarks.engine.model.MARKER (not imported: land runs before pydantic is installed).
 MODEL_MARKER = "qfn-small-model.json"
 #: Where `land` installs the graphs-wheels component (nvidia-cutlass-dsl), apart from state/site.
@@ -77,6 +85,7 @@ def python_env(state: Path, *, graphs: bool = False) -> dict[str, str]:
     env["PYTHONPATH"] = ":".join(paths + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
     env["QFN_REPO_ROOT"] = str(REPO)
     env["PYTHONUNBUFFERED"] = "1"
+    env["TRITON_CACHE_DIR"] = str(state / TRITON_CACHE)
     return env
 
 
@@ -276,13 +285,49 @@ def stop_servers(servers: dict) -> None:
             os.killpg(s["proc"].pid, signal.SIGKILL)
 
 
+def head_and_tail(path: Path, *, head: int = LOG_HEAD_LINES, tail_n: int = LOG_TAIL_LINES) -> str:
+    lines = path.read_text(errors="replace").splitlines()
+    if len(lines) <= head + tail_n:
+        return "\n".join(lines)
+    return "\n".join([*lines[:head], f"[... {len(lines) - head - tail_n} lines left out ...]", *lines[-tail_n:]])
+
+
 def keep_tails(servers: dict, work: Path) -> None:
-    """Each server log shrinks to its tail (the run tool takes back 16 MiB a file)."""
+    """Each server log shrinks to its start-up and its end (the run tool takes back 16 MiB a file)."""
     for s in servers.values():
         log_path = s["log"]
         if log_path.is_file():
-            log_path.with_suffix(".tail.log").write_text(tail(log_path))
+            log_path.with_suffix(".tail.log").write_text(head_and_tail(log_path))
             log_path.unlink()
+
+
+def restore_cache(archive: Path | None, state: Path) -> int:
+    """Unpack a carried Triton cache into a machine that has none; the number of files it holds."""
+    import tarfile
+
+    dest = state / TRITON_CACHE
+    if archive is None or not archive.is_file() or dest.exists():
+        return 0
+    with tarfile.open(archive) as tar:
+        tar.extractall(state, filter="data")
+    return sum(1 for f in dest.rglob("*") if f.is_file())
+
+
+def save_cache(state: Path, out: Path) -> dict:
+    """The machine's Triton cache as $OUT/triton-cache.tar.xz, when it fits what the run tool takes back."""
+    src = state / TRITON_CACHE
+    files = sum(1 for f in src.rglob("*") if f.is_file()) if src.is_dir() else 0
+    if not files:
+        return {"files": 0}
+    tmp = out / (CACHE_ARCHIVE + ".part")
+    subprocess.run(["tar", "-C", str(state), "-cJf", str(tmp), TRITON_CACHE], check=True,
+                   env={**os.environ, "XZ_OPT": "-T0 -6"})
+    size = tmp.stat().st_size
+    if size > CACHE_RETURN_BYTES:
+        tmp.unlink()
+        return {"files": files, "bytes": size, "returned": False}
+    tmp.rename(out / CACHE_ARCHIVE)
+    return {"files": files, "bytes": size, "returned": True}
 
 
 def root_cause(log_path: Path) -> list[str]:
@@ -469,7 +514,7 @@ def pack(out: Path, work: Path, summary: dict) -> None:
 
 
 def measure(*, carried: Path, state: Path, out: Path, budget_s: float, phases: tuple[str, ...] = PHASES,
-            layout: str = "tp1", graphs: bool = False) -> int:
+            layout: str = "tp1", graphs: bool = False, triton_cache: Path | None = None) -> int:
     import asyncio
 
     clock = Clock(budget_s)
@@ -478,11 +523,13 @@ def measure(*, carried: Path, state: Path, out: Path, budget_s: float, phases: t
     summary: dict = {"target": TARGET, "layout": layout, "graphs": graphs, "budget_s": budget_s, "phases": {}}
     status = land(carried=carried, state=state)
     summary["land"] = status
+    summary["triton_cache"] = {}
     sys.path[:0] = [str(state / "site"), str(state / "engine")]  # builder needs the carried pydantic
     servers: dict = {}
     try:
         if len(status["pieces_landed"]) != status["pieces_total"] or len(status["components_unpacked"]) != status["components_total"]:
             raise RuntimeError(f"carry incomplete: {status}")
+        summary["triton_cache"]["restored_files"] = restore_cache(triton_cache, state)
         if graphs and not (state / GRAPHS_SITE / ".installed").is_file():
             raise RuntimeError("--graphs needs nvidia-cutlass-dsl in the carry: run `prepare --graphs`")
         wait_model(state, clock, limit_s=min(180, clock.left() - 60))
@@ -533,6 +580,10 @@ def measure(*, carried: Path, state: Path, out: Path, budget_s: float, phases: t
     finally:
         stop_servers(servers)
         keep_tails(servers, work)
+        try:
+            summary["triton_cache"]["saved"] = save_cache(state, out)
+        except (OSError, subprocess.CalledProcessError) as exc:
+            summary["triton_cache"]["saved"] = {"error": error_text(exc)}
         (work / "model.log").write_text(tail(state / "model.log", 50))
         summary["phases"]["total_s"] = clock.elapsed()
         pack(out, work, summary)
@@ -549,6 +600,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="measure: tp2-ep serves int8 and bf16 with cmp170hx-x2's TP2 + EP (kind nvidia-h200-x2)")
     p.add_argument("--graphs", action="store_true",
                    help="measure: CUDA graphs on (enforce_eager off), with the carried nvidia-cutlass-dsl")
+    p.add_argument("--triton-cache", type=Path,
+                   help="measure: a triton-cache.tar.xz an earlier measure call wrote to $OUT (unpacked if none is here)")
     p.add_argument("--phases", default=",".join(PHASES),
                    help=f"measure: which of {','.join(PHASES)} to run after ready (a short device budget picks)")
     args = p.parse_args(argv)
@@ -566,7 +619,7 @@ def main(argv: list[str] | None = None) -> int:
     if not phases or set(phases) - set(PHASES):
         p.error(f"--phases: choose from {','.join(PHASES)}, got {args.phases!r}")
     return measure(carried=args.carried, state=args.state, out=args.out, budget_s=args.budget_s, phases=phases,
-                   layout=args.layout, graphs=args.graphs)
+                   layout=args.layout, graphs=args.graphs, triton_cache=args.triton_cache)
 
 
 if __name__ == "__main__":

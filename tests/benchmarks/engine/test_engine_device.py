@@ -234,3 +234,72 @@ def test_graphs_path_follows_the_cutlass_dsl_pth_file(tmp_path):
     assert subprocess.run(probe, env=env, capture_output=True).returncode == 0
     env["PYTHONPATH"] = env["PYTHONPATH"].replace(str(site / "nvidia_cutlass_dsl" / "dsl_packages") + ":", "")
     assert subprocess.run(probe, env=env, capture_output=True).returncode != 0  # the site dir alone is not enough
+
+
+def test_a_triton_cache_goes_back_and_comes_again_to_a_machine_without_one(tmp_path):
+    """measure sends the machine's Triton cache back; a later measure on a fresh machine unpacks it
+    where the servers look (TRITON_CACHE_DIR), and never over a cache the machine already has."""
+    state, out, fresh = tmp_path / "state", tmp_path / "out", tmp_path / "fresh"
+    out.mkdir()
+    kernel = state / device.TRITON_CACHE / "ab12" / "kernel.cubin"
+    kernel.parent.mkdir(parents=True)
+    kernel.write_bytes(b"\x7fELF" + bytes(range(256)) * 64)
+    saved = device.save_cache(state, out)
+    assert saved["returned"] and saved["files"] == 1 and not list(out.glob("*.part"))
+    archive = out / device.CACHE_ARCHIVE
+    assert device.restore_cache(archive, fresh) == 1
+    assert (fresh / device.TRITON_CACHE / "ab12" / "kernel.cubin").read_bytes() == kernel.read_bytes()
+    assert device.python_env(fresh)["TRITON_CACHE_DIR"] == str(fresh / device.TRITON_CACHE)
+    (fresh / device.TRITON_CACHE / "ab12" / "kernel.cubin").write_bytes(b"newer")
+    assert device.restore_cache(archive, fresh) == 0  # a machine's own cache wins
+    assert (fresh / device.TRITON_CACHE / "ab12" / "kernel.cubin").read_bytes() == b"newer"
+
+
+def test_a_cache_too_big_to_come_back_is_said_and_not_left_half_written(tmp_path, monkeypatch):
+    import os
+
+    state, out = tmp_path / "state", tmp_path / "out"
+    out.mkdir()
+    (state / device.TRITON_CACHE).mkdir(parents=True)
+    (state / device.TRITON_CACHE / "k.bin").write_bytes(os.urandom(64 << 10))
+    monkeypatch.setattr(device, "CACHE_RETURN_BYTES", 16 << 10)
+    saved = device.save_cache(state, out)
+    assert saved["returned"] is False and saved["bytes"] > 16 << 10
+    assert list(out.iterdir()) == []
+    assert device.save_cache(tmp_path / "empty", out) == {"files": 0}
+
+
+def test_the_measuring_call_carries_the_cache_only_when_asked(tmp_path):
+    plain = device_calls(out=tmp_path, repo_rel=".dev/e", pieces=["piece-00", "piece-01"], budget_s=510)
+    cached = device_calls(out=tmp_path, repo_rel=".dev/e", pieces=["piece-00", "piece-01"], budget_s=510,
+                          triton_cache=True)
+    assert "--triton-cache" not in plain[-1]["command"] and ".dev/e/caches" not in plain[-1]["carry"]
+    assert cached[0] == plain[0]  # the land calls are unchanged
+    assert cached[-1]["carry"][-1] == ".dev/e/caches"
+    assert "--triton-cache .dev/e/caches/triton-cache.tar.xz" in cached[-1]["command"]
+
+
+def test_a_piece_is_what_a_call_has_left_after_the_checkout(tmp_path):
+    """Every call sends the checkout too (5.9 MB at call 49, growing with evidence): a piece of the old
+    fixed 56 MiB leaves ~1 MiB; one that no longer fits is refused before anything is built."""
+    import subprocess
+
+    from benchmarks.engine.__main__ import CALL_BYTES, prepare, travelling_bytes
+    from builder.errors import EngineHarnessError
+
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    subprocess.run(["git", "init", "-q", str(repo)], check=True)
+    (repo / ".gitignore").write_text(".dev/\n")
+    (repo / "evidence.bin").write_bytes(b"\0" * (10 << 20))
+    (repo / ".dev").mkdir()
+    (repo / ".dev" / "big.bin").write_bytes(b"\0" * (30 << 20))  # ignored: does not travel
+    assert travelling_bytes(repo) == (10 << 20) + len(".dev/\n")
+    with pytest.raises(EngineHarnessError, match="does not fit a device call") as err:
+        prepare(out=repo / ".dev" / "e", repo_root=repo, budget_s=510, piece_mib=56)
+    assert "leave --piece-mib out" in err.value.hint
+    import re
+
+    left = int(re.search(r"leave (\d+) MiB", str(err.value)).group(1))
+    run_tree = sum(f.stat().st_size for f in (repo / ".dev" / "e" / "run").rglob("*") if f.is_file())
+    assert left == (CALL_BYTES - (1 << 20) - travelling_bytes(repo) - run_tree) >> 20 < 56
