@@ -303,3 +303,17 @@ def test_a_piece_is_what_a_call_has_left_after_the_checkout(tmp_path):
     left = int(re.search(r"leave (\d+) MiB", str(err.value)).group(1))
     run_tree = sum(f.stat().st_size for f in (repo / ".dev" / "e" / "run").rglob("*") if f.is_file())
     assert left == (CALL_BYTES - (1 << 20) - travelling_bytes(repo) - run_tree) >> 20 < 56
+
+
+def test_a_server_log_keeps_its_start_up_and_its_end(tmp_path):
+    """Call 33's tails began after start-up, so where the 208 s to ready went was lost."""
+    log_path = tmp_path / "server-int8-checkpoint.log"
+    log_path.write_text("\n".join(f"line {i}" for i in range(1000)))
+    device.keep_tails({"int8": {"log": log_path}}, tmp_path)
+    kept = (tmp_path / "server-int8-checkpoint.tail.log").read_text().splitlines()
+    assert not log_path.exists()
+    assert kept[:2] == ["line 0", "line 1"] and kept[-1] == "line 999"
+    assert kept[device.LOG_HEAD_LINES] == f"[... {1000 - device.LOG_HEAD_LINES - device.LOG_TAIL_LINES} lines left out ...]"
+    short = tmp_path / "short.log"
+    short.write_text("a\nb")
+    assert device.head_and_tail(short) == "a\nb"
