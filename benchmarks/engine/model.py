@@ -3,8 +3,9 @@
 Attention is shaped like Qwen3.8-Flash-Next's (24 query heads, 2 KV heads, head_dim 256, QSA with
 the real indexer budget 2048 / compress ratio 4, i.e. top-k 512, one the compiled
 cooperative_topk supports), GDN layers between the QSA layers, a sparse MoE with a shared expert,
-hyper-connections, and one MTP layer. No PLE layers yet: the PLE mmap patch is in the series, but
-this generator writes no PLE table (open work).
+hyper-connections, one MTP layer, and PLE (per-layer n-gram embedding) on three GDN layers with a
+~100 MB table instead of the real ~102 GB, laid out as the real checkpoint is (bf16 rows in
+`split_ngram_parts` shards per layer), so the ple-mmap patch maps it in place from our safetensors.
 
 Transformers' own Qwen4Exp model is built from the config and initialised by its `_init_weights`
 (normal std = initializer_range = 0.02, zero-centred RMSNorm weights, so every norm scales by 1)
@@ -32,6 +33,15 @@ from builder.errors import EngineHarnessError
 REASONING_TOKENS = ("<think>", "</think>")
 #: Written last: its presence means the model dir is complete.
 MARKER = "qfn-small-model.json"
+#: Keep the generated PLE tables small: they are written in seconds and read through the page cache.
+MAX_PLE_TABLE_BYTES = 512 << 20
+#: The PLE table's dtype: the checkpoint's (config dtype), so vLLM maps the rows in place.
+PLE_TABLE_DTYPE_BYTES = 2
+#: Config keys of the PLE layers, as transformers' Qwen4ExpTextConfig and vLLM's PLE layer read them.
+PLE_CONFIG_KEYS = (
+    "ple_layer_ids", "ple_embed_dim", "ple_conv_kernel_size", "ngram_size", "heads_per_ngram",
+    "ngram_vocab_size_base", "make_ngram_vocab_size_divisible_by", "split_ngram_parts",
+)
 #: Weights that transformers initialised with normal(0, initializer_range) have a std near it;
 #: the MTP copy redraws those and keeps everything else (norms, A_log, dt_bias) as initialised.
 _REDRAW_STD = (0.5, 2.0)
@@ -75,6 +85,18 @@ class SmallQwen4Exp(BaseModel):
     max_position_embeddings: int = 262144
     initializer_range: float = 0.02
     vocab_pad: int = Field(128, description="vocab_size = tokenizer size rounded up to this.")
+    ple_layer_ids: tuple[int, ...] = Field(
+        (1, 3, 5), description="One-indexed decoder layers with a PLE module; GDN (linear_attention) layers only."
+    )
+    ple_embed_dim: int = Field(1024, description="Concatenated width of all n-gram heads; the table's row is "
+                               "ple_embed_dim / ((ngram_size - 1) * heads_per_ngram) wide.")
+    ple_conv_kernel_size: int = 4
+    ngram_size: int = 3
+    heads_per_ngram: int = 8
+    ngram_vocab_size_base: int = Field(16384, description="The n-gram heads' row counts are the successive "
+                                       "primes from this up (the real model: 20,000,000); it sizes the table.")
+    make_ngram_vocab_size_divisible_by: int = 128
+    split_ngram_parts: int = Field(512, description="Checkpoint shards per PLE table, as in the real checkpoint.")
 
     @property
     def layer_types(self) -> list[str]:
@@ -88,6 +110,41 @@ class SmallQwen4Exp(BaseModel):
     @property
     def topk(self) -> int:
         return self.indexer_budget // self.indexer_compress_ratio
+
+    @property
+    def ngram_heads(self) -> int:
+        return (self.ngram_size - 1) * self.heads_per_ngram
+
+    @property
+    def ple_row_width(self) -> int:
+        return self.ple_embed_dim // self.ngram_heads
+
+
+def _is_prime(n: int) -> bool:
+    return n >= 2 and all(n % d for d in range(2, int(n ** 0.5) + 1))
+
+
+def ngram_head_sizes(spec: SmallQwen4Exp, *, dense_layer: int) -> list[int]:
+    """Rows of each n-gram head of the `dense_layer`-th PLE layer: distinct primes after
+    ngram_vocab_size_base - 1, numbered over all PLE layers' heads (transformers'
+    Qwen4ExpTextNGramEmbedding and vLLM's Qwen4ExpNGramEmbedding._make_vocab_layout agree)."""
+    sizes, prime = [], spec.ngram_vocab_size_base - 1
+    for _ in range((dense_layer + 1) * spec.ngram_heads):
+        prime += 1
+        while not _is_prime(prime):
+            prime += 1
+        sizes.append(prime)
+    return sizes[-spec.ngram_heads:]
+
+
+def ple_table_rows(spec: SmallQwen4Exp, *, dense_layer: int) -> int:
+    """Rows of one PLE layer's table: its heads' rows, padded to make_ngram_vocab_size_divisible_by."""
+    return _padded(sum(ngram_head_sizes(spec, dense_layer=dense_layer)), spec.make_ngram_vocab_size_divisible_by)
+
+
+def ple_table_bytes(spec: SmallQwen4Exp) -> int:
+    width = spec.ple_row_width * PLE_TABLE_DTYPE_BYTES
+    return sum(ple_table_rows(spec, dense_layer=d) * width for d in range(len(set(spec.ple_layer_ids))))
 
 
 #: vLLM 0.33.0's compiled cooperative_topk kernel handles only these k.
@@ -114,6 +171,8 @@ class GeneratedModel(BaseModel):
     vocab_size: int
     parameters: int
     mtp_tensors: int
+    ple_table_bytes: int = 0
+    ple_tensors: int = 0
     transformers_version: str
 
 
@@ -131,12 +190,52 @@ def check_spec(spec: SmallQwen4Exp) -> None:
         )
     if spec.num_hidden_layers % spec.qsa_every:
         raise ValueError("num_hidden_layers must be a multiple of qsa_every (the last layer is QSA)")
+    _check_ple(spec)
+
+
+def _check_ple(spec: SmallQwen4Exp) -> None:
+    """What transformers' Qwen4ExpTextConfig and vLLM's Qwen4ExpNGramEmbedding would refuse later,
+    refused here with the field and the fix."""
+    if not spec.ple_layer_ids:
+        return
+    if spec.ngram_size < 2 or spec.heads_per_ngram < 1:
+        raise ValueError(f"ngram_size {spec.ngram_size} / heads_per_ngram {spec.heads_per_ngram}: vLLM's PLE needs "
+                         "ngram_size >= 2 and heads_per_ngram >= 1; use the real 3 and 8")
+    if spec.ple_embed_dim % spec.ngram_heads:
+        raise ValueError(
+            f"ple_embed_dim {spec.ple_embed_dim} is not divisible by (ngram_size - 1) * heads_per_ngram = "
+            f"{spec.ngram_heads}: each n-gram head gets an equal slice; use a multiple of {spec.ngram_heads}"
+        )
+    if len(set(spec.ple_layer_ids)) != len(spec.ple_layer_ids):
+        raise ValueError(f"ple_layer_ids {list(spec.ple_layer_ids)} repeats a layer; list each PLE layer once")
+    types = spec.layer_types
+    outside = [i for i in spec.ple_layer_ids if not 1 <= i <= spec.num_hidden_layers]
+    if outside:
+        raise ValueError(f"ple_layer_ids {outside} are outside 1..{spec.num_hidden_layers}: the ids are one-indexed "
+                         "decoder layers")
+    qsa = [i for i in spec.ple_layer_ids if types[i - 1] != "linear_attention"]
+    if qsa:
+        gdn = [i + 1 for i, t in enumerate(types) if t == "linear_attention"]
+        raise ValueError(f"ple_layer_ids {qsa} are QSA layers; Qwen4Exp PLE is only supported on linear_attention "
+                         f"(GDN) layers: choose from {gdn}")
+    if spec.ngram_vocab_size_base < 2:
+        raise ValueError(f"ngram_vocab_size_base {spec.ngram_vocab_size_base} must be at least 2")
+    # Each head has at least ngram_vocab_size_base rows: refuse a huge base before finding primes.
+    row_bytes = spec.ple_row_width * PLE_TABLE_DTYPE_BYTES
+    at_least = len(spec.ple_layer_ids) * spec.ngram_heads * spec.ngram_vocab_size_base * row_bytes
+    size = at_least if at_least > MAX_PLE_TABLE_BYTES else ple_table_bytes(spec)
+    if size > MAX_PLE_TABLE_BYTES:
+        raise ValueError(
+            f"the PLE tables would take {size:,} B, over this generator's {MAX_PLE_TABLE_BYTES:,}: lower "
+            "ngram_vocab_size_base, ple_embed_dim or the number of ple_layer_ids"
+        )
 
 
 def text_config(spec: SmallQwen4Exp, *, vocab_size: int, bos: int, eos: int, pad: int) -> dict:
     """config.json of a Qwen4ExpForCausalLM (model_type qwen4_exp_text)."""
     check_spec(spec)
     fields = spec.model_dump(exclude={"qsa_every", "partial_rotary_factor", "rope_theta", "vocab_pad"})
+    fields["ple_layer_ids"] = sorted(spec.ple_layer_ids)  # a list, as transformers' strict config wants
     return {
         "architectures": ["Qwen4ExpForCausalLM"],
         "model_type": "qwen4_exp_text",
@@ -163,7 +262,7 @@ def _write_config(path: Path, cfg_dict: dict) -> None:
     ("full_attention"), which every transformers version maps to its own QSA name."""
     saved = json.loads(path.read_text())
     saved["layer_types"] = cfg_dict["layer_types"]
-    for key in ("mtp_num_hidden_layers", "output_gate_type"):
+    for key in ("mtp_num_hidden_layers", "output_gate_type", *PLE_CONFIG_KEYS):
         saved[key] = cfg_dict[key]
     path.write_text(json.dumps(saved, indent=2, sort_keys=True) + "\n")
 
@@ -233,6 +332,40 @@ def _mtp_tensors(state: dict, spec: SmallQwen4Exp, *, generator) -> dict:
     return {k: v.to(torch.bfloat16).contiguous() for k, v in out.items()}
 
 
+def _ple_layout(state: dict, spec: SmallQwen4Exp) -> tuple[int, int]:
+    """Check the saved PLE tables against what vLLM's loader reads (Qwen4ExpNGramEmbedding.load_weights:
+    `ngram_embedding.shard_<i>.weight` of ceil(rows / split_ngram_parts) rows, or one unsharded
+    `ngram_embedding.weight`) in the checkpoint dtype, so the ple-mmap patch maps them in place.
+    Returns (table bytes, tensors)."""
+    import torch
+
+    total = tensors = 0
+    for dense, layer_id in enumerate(sorted(spec.ple_layer_ids)):
+        prefix = f"model.layers.{layer_id - 1}.ple.ple_embedding.ngram_embedding."
+        parts = {k[len(prefix):]: t for k, t in state.items() if k.startswith(prefix)}
+        rows = ple_table_rows(spec, dense_layer=dense)
+        if set(parts) == {"weight"}:
+            shards = [parts["weight"]]
+            expected = [rows]
+        else:
+            shards = [parts.get(f"shard_{i}.weight") for i in range(len(parts))]
+            per = -(-rows // spec.split_ngram_parts)
+            expected = [min(per, rows - i * per) for i in range(len(parts))]
+        shapes = [tuple(t.shape) if t is not None else None for t in shards]
+        if not parts or shapes != [(n, spec.ple_row_width) for n in expected] or sum(expected) != rows:
+            raise RuntimeError(
+                f"{prefix}*: saved as {sorted(parts)[:4]}... with shapes {shapes[:4]}...; vLLM loads "
+                f"{rows} rows of {spec.ple_row_width} in shards of {-(-rows // spec.split_ngram_parts)}: has this "
+                "transformers' Qwen4Exp save layout changed?"
+            )
+        if any(t.dtype != torch.bfloat16 for t in shards):
+            raise RuntimeError(f"{prefix}*: saved as {shards[0].dtype}, not the checkpoint's bfloat16: the "
+                               "ple-mmap patch would build a table file instead of mapping it in place")
+        total += sum(t.numel() * t.element_size() for t in shards)
+        tensors += len(shards)
+    return total, tensors
+
+
 def generate(*, tokenizer_dir: Path, out: Path, seed: int = 0, spec: SmallQwen4Exp | None = None) -> GeneratedModel:
     """Write the model dir (config, safetensors, tokenizer) to `out`, atomically."""
     import torch
@@ -256,6 +389,7 @@ def generate(*, tokenizer_dir: Path, out: Path, seed: int = 0, spec: SmallQwen4E
         tok.save_pretrained(stage)
         state = _saved_tensors(stage)
         params = sum(t.numel() for t in state.values())
+        ple_bytes, ple_tensors = _ple_layout(state, spec)
         _write_config(stage / "config.json", cfg_dict)
         mtp = _mtp_tensors(state, spec, generator=torch.Generator().manual_seed(seed + 1))
         save_file(mtp, str(stage / "mtp.safetensors"), metadata={"format": "pt"})
@@ -266,7 +400,8 @@ def generate(*, tokenizer_dir: Path, out: Path, seed: int = 0, spec: SmallQwen4E
             index.write_text(json.dumps(data, indent=2))
         result = GeneratedModel(
             path=out, seed=seed, spec=spec, vocab_size=vocab, parameters=params,
-            mtp_tensors=len(mtp), transformers_version=transformers.__version__,
+            mtp_tensors=len(mtp), ple_table_bytes=ple_bytes, ple_tensors=ple_tensors,
+            transformers_version=transformers.__version__,
         )
         (stage / MARKER).write_text(result.model_dump_json(indent=2) + "\n")
     return result

@@ -18,15 +18,17 @@ def flags(plan) -> dict[str, str | None]:
     return {f.flag: f.value for f in plan.flags}
 
 
-def test_h200_small_keeps_every_h200_launch_flag_but_ple():
-    h200, small = flags(launch_plan(load_target("h200"))), flags(launch_plan(load_target("h200-small")))
-    # differences the target file documents: model name, GPU share, and no PLE table
+def test_h200_small_keeps_every_h200_launch_flag_and_env_ple_included():
+    h200_plan, small_plan = launch_plan(load_target("h200")), launch_plan(load_target("h200-small"))
+    h200, small = flags(h200_plan), flags(small_plan)
+    # differences the target file documents: model name and GPU share; PLE is the h200's (mmap'd table)
     for flag, value in h200.items():
-        if flag in ("--engram-config",):
-            continue
         assert flag in small, flag
         if flag not in ("--served-model-name", "--gpu-memory-utilization"):
             assert small[flag] == value, flag
+    assert json.loads(small["--engram-config"]) == {"cpu_offload": True, "mmap_table": True}
+    assert {e.name: e.value for e in h200_plan.env}.items() <= {e.name: e.value for e in small_plan.env}.items()
+    assert {r.env for r in h200_plan.required} == {r.env for r in small_plan.required}
     assert "--enforce-eager" in small and "--kv-cache-memory-bytes" in small
 
 
