@@ -42,6 +42,9 @@ ARMS = (("int8", "int8_per_token_head", 8101), ("fp8", "fp8", 8102), ("bf16", "a
 #: and the arms it runs. tp2-ep is cmp170hx-x2's TP2 + expert parallel, on the two-H200 kind.
 LAYOUTS = {"tp1": (None, ARMS), "tp2-ep": ("cmp170hx-x2", (ARMS[0], ARMS[2]))}
 GATES = ("kv_pool", "determinism", "prefix_cache")
+#: The retry when the checkpoint itself failed to load: dummy weights, and the PLE table pinned (the
+#: last --engram-config wins), since the ple-mmap patch maps rows from a checkpoint dummy has not.
+DUMMY_RETRY_ARGS = ("--load-format", "dummy", "--engram-config", '{"cpu_offload": true}')
 #: What `measure` runs once the servers are ready, in this order.
 PHASES = ("gates", "fidelity", "bench")
 FIDELITY_PROMPTS = 100
@@ -210,6 +213,18 @@ def arm_config(base, *, kv_dtype: str, port: int, layout: str = "tp1", graphs: b
     return parse_config(data, source=f"{TARGET} ({kv_dtype} KV, port {port}, {layout}{', graphs' if graphs else ''})")
 
 
+def required_dirs(plan, state: Path) -> dict[str, str]:
+    """A folder under state/ for each folder the launch requires besides the model (as a user of the
+    launch script gives one), e.g. VLLM_PLE_MMAP_TABLE_DIR for a table that cannot map in place."""
+    dirs = {}
+    for r in plan.required:
+        if r.is_dir and r.env != "MODEL_DIR":
+            path = state / "inputs" / r.env.lower()
+            path.mkdir(parents=True, exist_ok=True)
+            dirs[r.env] = str(path)
+    return dirs
+
+
 def start_servers(*, state: Path, work: Path, extra_args: list[str], attempt: str, layout: str = "tp1",
                   graphs: bool = False) -> dict:
     from builder.config import launch_plan, load_target
@@ -223,6 +238,7 @@ def start_servers(*, state: Path, work: Path, extra_args: list[str], attempt: st
         argv = [sys.executable, *plan.argv(model_path=str(state / "model"))[1:], *extra_args]
         env = python_env(state, graphs=graphs)
         env.update({e.name: e.value for e in plan.env})
+        env.update(required_dirs(plan, state))
         logf = work / f"server-{label}-{attempt}.log"  # one per attempt: a retry keeps the first cause
         proc = subprocess.Popen(argv, env=env, stdout=logf.open("w"), stderr=subprocess.STDOUT,
                                 start_new_session=True, cwd=state)
@@ -552,7 +568,7 @@ def measure(*, carried: Path, state: Path, out: Path, budget_s: float, phases: t
                 break
             stop_servers(servers)
             keep_tails(servers, work)
-            extra = ["--load-format", "dummy"]  # the checkpoint did not load: measure the engine anyway
+            extra = list(DUMMY_RETRY_ARGS)  # the checkpoint did not load: measure the engine anyway
         pack(out, work, summary)
         if not ready:
             raise RuntimeError("no server became ready")

@@ -4,6 +4,7 @@ h200-small target (which must keep the h200 launch), the device calls, and log t
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -319,3 +320,20 @@ def test_a_server_log_keeps_its_start_up_and_its_end(tmp_path):
     short = tmp_path / "short.log"
     short.write_text("a\nb")
     assert device.head_and_tail(short) == "a\nb"
+
+
+def test_the_dummy_weights_retry_turns_the_ple_mmap_off():
+    """The ple-mmap patch refuses load_format=dummy (it maps rows from the checkpoint): the retry
+    must override the launch's --engram-config, last on the command line, keeping cpu_offload."""
+    plan = launch_plan(load_target("h200-small"))
+    assert json.loads(flags(plan)["--engram-config"])["mmap_table"] is True
+    retry = list(device.DUMMY_RETRY_ARGS)
+    assert retry[:2] == ["--load-format", "dummy"]
+    assert json.loads(retry[retry.index("--engram-config") + 1]) == {"cpu_offload": True}
+
+
+def test_every_folder_the_launch_requires_is_given_as_the_launch_script_would(tmp_path):
+    plan = launch_plan(load_target("h200-small"))
+    dirs = device.required_dirs(plan, tmp_path)
+    assert set(dirs) == {r.env for r in plan.required if r.is_dir} - {"MODEL_DIR"} == {"VLLM_PLE_MMAP_TABLE_DIR"}
+    assert all(Path(d).is_dir() and Path(d).is_relative_to(tmp_path) for d in dirs.values())
