@@ -99,70 +99,36 @@ def test_compare_counts_errors_and_averages_the_rest():
     assert out["mean_kl"] == pytest.approx(exact_kl(p, q))
 
 
-class _Recorder:
-    """A real HTTP server on a free port answering /v1/completions as vLLM does, recording when
-    each request kind started and ended."""
-
-    def __init__(self, vocab: int = 64) -> None:
-        import http.server
-        import threading
-
-        self.events: list[tuple[str, str, float, dict]] = []
-        lock = threading.Lock()
-        recorder = self
-
-        class Handler(http.server.BaseHTTPRequestHandler):
-            def log_message(self, *a):  # quiet
-                pass
-
-            def do_POST(self):
-                import time
-
-                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                kind = "scored" if body.get("logprob_token_ids") else "greedy"
-                with lock:
-                    recorder.events.append((kind, "start", time.monotonic(), body))
-                time.sleep(0.05 if kind == "greedy" else 0.01)
-                n = body["max_tokens"]
-                # As vLLM does, the sampled token joins the asked ids' log-probs: here one outside them.
-                top = ([{**{f"token_id:{t}": -4.0 for t in body.get("logprob_token_ids", [])},
-                         f"token_id:{vocab + len(recorder.events)}": -0.5}] if kind == "scored" else None)
-                resp = {"choices": [{"logprobs": {"tokens": [f"token_id:{i % vocab}" for i in range(n)],
-                                                  "top_logprobs": top}}]}
-                data = json.dumps(resp).encode()
-                with lock:
-                    recorder.events.append((kind, "end", time.monotonic(), body))
-                self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+def _kind(body: dict) -> str:
+    return "scored" if body.get("logprob_token_ids") else "greedy"
 
 
-def test_scored_requests_start_after_every_greedy_one_ended_each_with_its_own_cache_salt():
+def _completion(body: dict, vocab: int = 64) -> dict:
+    """/v1/completions as vLLM answers: token ids as placeholders and, for a scored request, the asked
+    ids' log-probs plus (as vLLM does) the token it sampled, here one outside them."""
+    n = body["max_tokens"]
+    top = ([{**{f"token_id:{t}": -4.0 for t in body["logprob_token_ids"]}, f"token_id:{vocab + n}": -0.5}]
+           if _kind(body) == "scored" else None)
+    return {"choices": [{"logprobs": {"tokens": [f"token_id:{i % vocab}" for i in range(n)], "top_logprobs": top}}]}
+
+
+def test_scored_requests_start_after_every_greedy_one_ended_each_with_its_own_cache_salt(recording_server):
     """vLLM 0.33.0 drops logprob_token_ids in any step holding a draft token (call 25: 97 of 100
     prompts lost them): no greedy decode may overlap a scored request, and no scored prompt may
     come from the prefix cache (a cached prompt is admitted with placeholder drafts)."""
     import asyncio
 
-    srv = _Recorder()
-    try:
-        prompts = [[1, 2, 3, i] for i in range(12)]
-        ids = [fidelity.sample_ids(vocab_size=64, m=8, seed=i) for i in range(12)]
-        res = asyncio.run(fidelity.query_server(srv.url, "m", prompts, ids_per_prompt=ids, greedy_tokens=4, concurrency=5))
-    finally:
-        srv.server.shutdown()
+    srv = recording_server(_completion, delay=lambda body: 0.05 if _kind(body) == "greedy" else 0.01)
+    prompts = [[1, 2, 3, i] for i in range(12)]
+    ids = [fidelity.sample_ids(vocab_size=64, m=8, seed=i) for i in range(12)]
+    res = asyncio.run(fidelity.query_server(srv.url, "m", prompts, ids_per_prompt=ids, greedy_tokens=4, concurrency=5))
     assert all(not r.error and len(r.sampled_logprobs) == 8 and len(r.greedy) == 4 for r in res)
-    last_greedy_end = max(t for k, e, t, _ in srv.events if k == "greedy" and e == "end")
-    first_scored_start = min(t for k, e, t, _ in srv.events if k == "scored" and e == "start")
-    assert first_scored_start >= last_greedy_end
-    salts = [b.get("cache_salt") for k, e, _, b in srv.events if k == "scored" and e == "start"]
+    greedy = [r for r in srv.requests if _kind(r["body"]) == "greedy"]
+    scored = [r for r in srv.requests if _kind(r["body"]) == "scored"]
+    assert min(r["start"] for r in scored) >= max(r["end"] for r in greedy)
+    salts = [r["body"].get("cache_salt") for r in scored]
     assert len(salts) == 12 and None not in salts and len(set(salts)) == 12
-    assert all("cache_salt" not in b for k, e, _, b in srv.events if k == "greedy")
+    assert all("cache_salt" not in r["body"] for r in greedy)
 
 
 def test_a_prompt_whose_ids_differ_is_that_prompts_error_not_the_comparisons():
