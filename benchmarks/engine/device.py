@@ -10,9 +10,9 @@ installs the locked wheels into state/site and starts the model generator in its
 (it outlives the call while the machine stays warm). `measure` (the last call) lands the rest,
 renders targets/h200-small.toml's launch plan once per KV dtype, starts the three OpenAI servers
 together from it, waits with builder.serve.wait, then, in order and while the budget lasts:
-the gates that mean something with random weights (kv_pool, determinism, prefix_cache), the
-fidelity comparison against bf16 KV, and the benchmark grid (prompt length x concurrency, arms
-interleaved, MTP acceptance from /metrics). Everything lands under $OUT in a few files.
+the gates that mean something with random weights (kv_pool, determinism, prefix_cache,
+api_surface), the fidelity comparison against bf16 KV, and the benchmark grid (prompt length x
+concurrency, arms interleaved, MTP acceptance from /metrics). Everything lands under $OUT in a few files.
 --layout tp2-ep serves int8 and bf16 with cmp170hx-x2's TP2 + EP split (two GPUs); --graphs turns
 CUDA graphs on with the carried nvidia-cutlass-dsl (`prepare --graphs`).
 """
@@ -41,7 +41,9 @@ ARMS = (("int8", "int8_per_token_head", 8101), ("fp8", "fp8", 8102), ("bf16", "a
 #: --layout: the GPU split, taken from the target that ships it (None: h200-small's own, one GPU),
 #: and the arms it runs. tp2-ep is cmp170hx-x2's TP2 + expert parallel, on the two-H200 kind.
 LAYOUTS = {"tp1": (None, ARMS), "tp2-ep": ("cmp170hx-x2", (ARMS[0], ARMS[2]))}
-GATES = ("kv_pool", "determinism", "prefix_cache")
+#: The gates that mean something with random weights, in order; api_surface last, since a check that
+#: kills an engine (what that gate is for) would otherwise take the other gates with it.
+GATES = ("kv_pool", "determinism", "prefix_cache", "api_surface")
 #: The retry when the checkpoint itself failed to load: dummy weights, and the PLE table pinned (the
 #: last --engram-config wins), since the ple-mmap patch maps rows from a checkpoint dummy has not.
 DUMMY_RETRY_ARGS = ("--load-format", "dummy", "--engram-config", '{"cpu_offload": true}')

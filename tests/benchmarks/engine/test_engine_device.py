@@ -337,3 +337,10 @@ def test_every_folder_the_launch_requires_is_given_as_the_launch_script_would(tm
     dirs = device.required_dirs(plan, tmp_path)
     assert set(dirs) == {r.env for r in plan.required if r.is_dir} - {"MODEL_DIR"} == {"VLLM_PLE_MMAP_TABLE_DIR"}
     assert all(Path(d).is_dir() and Path(d).is_relative_to(tmp_path) for d in dirs.values())
+
+
+def test_the_device_gates_are_the_builders_and_the_api_surface_runs_last():
+    from builder.constants import GATE_NAMES
+
+    assert set(device.GATES) <= set(GATE_NAMES)
+    assert device.GATES[-1] == "api_surface" and "determinism" in device.GATES
