@@ -41,10 +41,15 @@ def test_a_cache_hit_that_decodes_differently_shows_in_serial_only(recording_ser
 
 
 def test_the_overlap_count_sees_requests_sent_together(recording_server):
-    """Control for the one-at-a-time check: the same server counts concurrent requests."""
+    """Control for the one-at-a-time check: the same server counts concurrent requests. Each request
+    waits for the other two at a barrier (not a sleep a loaded machine could outlast), so all three
+    are in flight together whenever the client sends them together."""
+    import threading
+
     import httpx
 
-    srv = recording_server(lambda body: {}, delay=lambda body: 0.2)
+    barrier = threading.Barrier(3, timeout=30)
+    srv = recording_server(lambda body: {}, delay=lambda body: barrier.wait() * 0)
 
     async def together():
         async with httpx.AsyncClient(trust_env=False) as client:
