@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
-import re
 import subprocess
 import sys
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict
+from packaging.utils import canonicalize_name, parse_wheel_filename
+from packaging.version import Version
 
 from builder.errors import EngineHarnessError
 from builder.hashing import sha256_file
+from builder.image.lock import LockEntry, parse_entry
 
 LOCK_FILE = Path(__file__).with_name("wheels.lock")
 #: The H200's interpreter and platform (Python 3.12, glibc manylinux, x86_64).
@@ -18,44 +19,32 @@ PYTHON_VERSION = "3.12"
 PLATFORMS = tuple(
     f"manylinux_2_{n}_x86_64" for n in (17, 24, 27, 28, 31, 34, 35)
 ) + ("manylinux2014_x86_64", "manylinux1_x86_64")
-_LINE = re.compile(r"^(?P<name>[A-Za-z0-9_.\-]+)==(?P<version>\S+) --hash=sha256:(?P<sha>[0-9a-f]{64})$")
 
 
-class LockedWheel(BaseModel):
-    model_config = ConfigDict(frozen=True)
-
-    name: str
-    version: str
-    sha256: str
-
-
-def _norm(name: str) -> str:
-    return re.sub(r"[-_.]+", "_", name).lower()
-
-
-def read_lock(path: Path = LOCK_FILE) -> list[LockedWheel]:
-    """Parse the lock; every non-comment line must be `name==version --hash=sha256:HEX`."""
+def read_lock(path: Path = LOCK_FILE) -> list[LockEntry]:
+    """Parse the lock; every non-comment line must be `name==version --hash=sha256:HEX` (the engine
+    lock's line without its file name: builder.image.lock.parse_entry reads both)."""
     locked, seen = [], set()
     for n, raw in enumerate(path.read_text().splitlines(), 1):
         line = raw.strip()
         if not line or line.startswith("#"):
             continue
-        m = _LINE.match(line)
-        if m is None:
+        entry = parse_entry(line)
+        if entry is None:
             raise EngineHarnessError(f"{path.name} line {n} is not 'name==version --hash=sha256:HEX': {line[:80]!r}",
                                      hint="fix the line; every wheel is pinned by version and sha256")
-        key = _norm(m["name"])
+        key = canonicalize_name(entry.name)
         if key in seen:
-            raise EngineHarnessError(f"{path.name} line {n}: {m['name']} is listed twice",
+            raise EngineHarnessError(f"{path.name} line {n}: {entry.name} is listed twice",
                                      hint="keep one version of each package (two stop the device install)")
         seen.add(key)
-        locked.append(LockedWheel(name=m["name"], version=m["version"], sha256=m["sha"]))
+        locked.append(entry)
     if not locked:
         raise EngineHarnessError(f"{path} lists no wheels", hint="restore benchmarks/engine/wheels.lock")
     return locked
 
 
-def check_wheels(locked: list[LockedWheel], wheels: list[Path]) -> None:
+def check_wheels(locked: list[LockEntry], wheels: list[Path]) -> None:
     """Exactly one file per locked wheel, with the locked sha256."""
     by_sha = {w.sha256: w for w in locked}
     found: set[str] = set()
@@ -82,7 +71,8 @@ def fetch_wheels(*, dest: Path, lock: Path = LOCK_FILE) -> list[Path]:
     if proc.returncode != 0:
         raise EngineHarnessError(f"pip download of the locked wheels failed: {proc.stderr.strip()[-500:]}",
                                  hint="check access to PyPI; a hash mismatch means the index serves other bytes")
-    names = {f"{_norm(w.name)}-{w.version}" for w in locked}
-    wheels = sorted(p for p in dest.glob("*.whl") if "-".join(_norm(x) if i == 0 else x for i, x in enumerate(p.name.split("-")[:2])) in names)
+    # dest may hold other locks' wheels too (the graphs lock fetches into a folder of its own)
+    wanted = {(canonicalize_name(w.name), Version(w.version)) for w in locked}
+    wheels = sorted(p for p in dest.glob("*.whl") if parse_wheel_filename(p.name)[:2] in wanted)
     check_wheels(locked, wheels)
     return wheels

@@ -21,7 +21,9 @@ from builder.hashing import sha256_file
 #: Header keys every lock carries, in the order they are written.
 HEADER_KEYS = ("engine", "platform", "python", "os-base", "resolved-by")
 _HEADER = re.compile(r"^# ([a-z-]+): (.+)$")
-_ENTRY = re.compile(r"^(?P<name>[A-Za-z0-9._-]+)==(?P<version>\S+) --hash=sha256:(?P<sha>[0-9a-f]{64})\s+# (?P<file>\S+\.whl)$")
+#: One pinned wheel: `name==version --hash=sha256:HEX`, then `  # file.whl` in an engine lock.
+_ENTRY = re.compile(r"^(?P<name>[A-Za-z0-9._-]+)==(?P<version>\S+) --hash=sha256:(?P<sha>[0-9a-f]{64})"
+                    r"(?:\s+# (?P<file>\S+\.whl))?$")
 
 
 class LockEntry(BaseModel):
@@ -30,7 +32,15 @@ class LockEntry(BaseModel):
     name: str
     version: str
     sha256: str
-    filename: str
+    filename: str | None = None
+
+
+def parse_entry(line: str) -> LockEntry | None:
+    """One requirement line of a hash-pinned lock; None when it is not one."""
+    m = _ENTRY.match(line.strip())
+    if m is None:
+        return None
+    return LockEntry(name=m["name"], version=m["version"], sha256=m["sha"], filename=m["file"])
 
 
 class EngineLock(BaseModel):
@@ -67,13 +77,13 @@ def read_lock(path: Path) -> EngineLock:
             if m and m[1] in HEADER_KEYS:
                 header[m[1]] = m[2].strip()
             continue
-        m = _ENTRY.match(line)
-        if m is None:
+        entry = parse_entry(line)
+        if entry is None or entry.filename is None:
             raise LockError(
                 f"{path}:{number}: not 'name==version --hash=sha256:<hex>  # <wheel>': {line[:120]}",
                 hint="regenerate the lock with `builder base lock`; never edit it by hand",
             )
-        entries.append(LockEntry(name=m["name"], version=m["version"], sha256=m["sha"], filename=m["file"]))
+        entries.append(entry)
     missing = [k for k in HEADER_KEYS if k not in header]
     if missing:
         raise LockError(f"{path}: header lacks {', '.join(missing)}", hint="regenerate the lock with `builder base lock`")
