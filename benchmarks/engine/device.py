@@ -531,13 +531,25 @@ def pack(out: Path, work: Path, summary: dict) -> None:
     tmp.rename(out / "results.tar.gz")
 
 
+def fresh_results(state: Path) -> Path:
+    """state/results, empty: an earlier measure's on this warm machine moves to results-N beside it
+    (its files would otherwise go back again inside this run's results.tar.gz)."""
+    work = state / "results"
+    if work.exists():
+        n = 1
+        while (state / f"results-{n}").exists():
+            n += 1
+        work.rename(state / f"results-{n}")
+    work.mkdir(parents=True)
+    return work
+
+
 def measure(*, carried: Path, state: Path, out: Path, budget_s: float, phases: tuple[str, ...] = PHASES,
             layout: str = "tp1", graphs: bool = False, triton_cache: Path | None = None) -> int:
     import asyncio
 
     clock = Clock(budget_s)
-    work = state / "results"
-    work.mkdir(parents=True, exist_ok=True)
+    work = fresh_results(state)
     summary: dict = {"target": TARGET, "layout": layout, "graphs": graphs, "budget_s": budget_s, "phases": {}}
     status = land(carried=carried, state=state)
     summary["land"] = status

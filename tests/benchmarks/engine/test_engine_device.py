@@ -344,3 +344,22 @@ def test_the_device_gates_are_the_builders_and_the_api_surface_runs_last():
 
     assert set(device.GATES) <= set(GATE_NAMES)
     assert device.GATES[-1] == "api_surface" and "determinism" in device.GATES
+
+
+def test_a_second_measure_on_a_warm_machine_sends_back_only_its_own_results(tmp_path):
+    """The next session measures eager, then graphs, on one machine: the second results.tar.gz must
+    not carry the first run's files again."""
+    import tarfile
+
+    carried, state = tmp_path / "carried", tmp_path / "state"
+    carried.mkdir()
+    (carried / "manifest.json").write_text(json.dumps({"components": [], "pieces": []}))
+    for run in ("first", "second"):
+        out = tmp_path / run
+        out.mkdir()
+        assert device.measure(carried=carried, state=state, out=out, budget_s=60, graphs=True) == 1
+        (state / "results" / f"{run}-only.json").write_text("{}")  # what a run leaves in its results
+    with tarfile.open(tmp_path / "second" / "results.tar.gz") as tar:
+        names = tar.getnames()
+    assert "results/first-only.json" not in names
+    assert (state / "results-1" / "first-only.json").is_file()  # kept, not deleted
