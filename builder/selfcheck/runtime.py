@@ -61,6 +61,12 @@ def check_cutlass_dsl() -> str:
     return f"cutlass at {_package_dir('cutlass')}"
 
 
+def check_quack() -> str:
+    """The same warm-up compiles vLLM's CuTe-DSL router GEMM, whose fake tensors come from quack
+    (quack-kernels): without it every server dies in warm-up (evidence/engine-h200, call 44)."""
+    return f"quack at {_package_dir('quack')}"
+
+
 def check_flashinfer() -> str:
     """The launch's default sampler and GDN prefill backend are FlashInfer's."""
     return f"flashinfer at {_package_dir('flashinfer')}"
@@ -72,5 +78,6 @@ def runtime_checks(arch: str) -> list[tuple[str, Callable[[], str]]]:
         ("C compiler for Triton", check_c_compiler),
         ("FlashAttention extensions", lambda: check_flash_attention(arch)),
         ("CuTe DSL for CUDA graphs", check_cutlass_dsl),
+        ("quack for the CuTe-DSL router GEMM", check_quack),
         ("FlashInfer", check_flashinfer),
     ]

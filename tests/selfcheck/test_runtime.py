@@ -14,7 +14,7 @@ import pytest
 from builder.constants import REPO_ROOT
 
 
-def site(tmp_path, *, fa=("_vllm_fa2_C", "_vllm_fa3_C"), packages=("cutlass", "flashinfer")):
+def site(tmp_path, *, fa=("_vllm_fa2_C", "_vllm_fa3_C"), packages=("cutlass", "quack", "flashinfer")):
     root = tmp_path / "site"
     fa_dir = root / "vllm" / "vllm_flash_attn"
     fa_dir.mkdir(parents=True)
@@ -40,13 +40,16 @@ def test_every_piece_present_passes_those_checks(tmp_path):
     out = selfcheck(tmp_path, site(tmp_path), arch="sm_90").stdout
     assert "ok   FlashAttention extensions: _vllm_fa2_C.abi3.so, _vllm_fa3_C.abi3.so" in out
     assert "ok   CuTe DSL for CUDA graphs" in out and "ok   FlashInfer" in out
+    assert "ok   quack for the CuTe-DSL router GEMM" in out
 
 
 @pytest.mark.parametrize(("arch", "fa", "packages", "fail"), [
-    ("sm_90", ("_vllm_fa2_C",), ("cutlass", "flashinfer"), "FAIL FlashAttention extensions: _vllm_fa3_C not in"),
-    ("sm_80", (), ("cutlass", "flashinfer"), "FAIL FlashAttention extensions: _vllm_fa2_C not in"),
-    ("sm_80", ("_vllm_fa2_C",), ("flashinfer",), "FAIL CuTe DSL for CUDA graphs: package cutlass is not installed"),
-    ("sm_80", ("_vllm_fa2_C",), ("cutlass",), "FAIL FlashInfer: package flashinfer is not installed"),
+    ("sm_90", ("_vllm_fa2_C",), ("cutlass", "quack", "flashinfer"), "FAIL FlashAttention extensions: _vllm_fa3_C not in"),
+    ("sm_80", (), ("cutlass", "quack", "flashinfer"), "FAIL FlashAttention extensions: _vllm_fa2_C not in"),
+    ("sm_80", ("_vllm_fa2_C",), ("quack", "flashinfer"), "FAIL CuTe DSL for CUDA graphs: package cutlass is not installed"),
+    ("sm_80", ("_vllm_fa2_C",), ("cutlass", "quack"), "FAIL FlashInfer: package flashinfer is not installed"),
+    ("sm_90", ("_vllm_fa2_C", "_vllm_fa3_C"), ("cutlass", "flashinfer"),
+     "FAIL quack for the CuTe-DSL router GEMM: package quack is not installed"),
 ])
 def test_a_missing_piece_fails_the_self_check_by_name(tmp_path, arch, fa, packages, fail):
     r = selfcheck(tmp_path, site(tmp_path, fa=fa, packages=packages), arch=arch)
