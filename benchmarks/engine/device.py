@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -338,8 +339,14 @@ def save_cache(state: Path, out: Path) -> dict:
     if not files:
         return {"files": 0}
     tmp = out / (CACHE_ARCHIVE + ".part")
-    subprocess.run(["tar", "-C", str(state), "-cJf", str(tmp), TRITON_CACHE], check=True,
-                   env={**os.environ, "XZ_OPT": "-T0 -6"})
+    if shutil.which("tar") and shutil.which("xz"):  # all cores
+        subprocess.run(["tar", "-C", str(state), "-cJf", str(tmp), TRITON_CACHE], check=True,
+                       env={**os.environ, "XZ_OPT": "-T0 -6"})
+    else:  # one core, but nothing the machine may lack
+        import tarfile
+
+        with tarfile.open(tmp, "w:xz", preset=3) as tar:
+            tar.add(src, arcname=TRITON_CACHE)
     size = tmp.stat().st_size
     if size > CACHE_RETURN_BYTES:
         tmp.unlink()

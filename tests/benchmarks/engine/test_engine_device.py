@@ -239,9 +239,18 @@ def test_graphs_path_follows_the_cutlass_dsl_pth_file(tmp_path):
     assert subprocess.run(probe, env=env, capture_output=True).returncode != 0  # the site dir alone is not enough
 
 
-def test_a_triton_cache_goes_back_and_comes_again_to_a_machine_without_one(tmp_path):
+@pytest.mark.parametrize("xz_cli", [True, False], ids=["xz-cli", "stdlib-lzma"])
+def test_a_triton_cache_goes_back_and_comes_again_to_a_machine_without_one(tmp_path, monkeypatch, xz_cli):
     """measure sends the machine's Triton cache back; a later measure on a fresh machine unpacks it
-    where the servers look (TRITON_CACHE_DIR), and never over a cache the machine already has."""
+    where the servers look (TRITON_CACHE_DIR), and never over a cache the machine already has.
+    Without the xz program the archive is written by the standard library alike."""
+    import shutil
+
+    if not xz_cli:
+        real = shutil.which
+        monkeypatch.setattr(device.shutil, "which", lambda name: None if name == "xz" else real(name))
+    elif not shutil.which("xz"):
+        pytest.skip("no xz program here")
     state, out, fresh = tmp_path / "state", tmp_path / "out", tmp_path / "fresh"
     out.mkdir()
     kernel = state / device.TRITON_CACHE / "ab12" / "kernel.cubin"
