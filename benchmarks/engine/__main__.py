@@ -19,6 +19,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from benchmarks.engine.device import CACHE_ARCHIVE
 from builder.atomic import replace_dir
 from builder.constants import LAUNCH_MIDDLEWARE_NAME, LAUNCH_TEMPLATES_DIR, PATCHES_DIR, REPO_ROOT
 from builder.errors import BuilderError, EngineHarnessError
@@ -55,7 +56,6 @@ CALL_BYTES = 64 << 20
 CALL_MARGIN = 1 << 20
 #: Where the measuring call finds a carried Triton cache (device.py --triton-cache).
 CACHE_DIR = "caches"
-CACHE_ARCHIVE = "triton-cache.tar.xz"
 
 
 def travelling_bytes(root: Path) -> int:

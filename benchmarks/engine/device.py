@@ -383,8 +383,9 @@ async def run_gates(servers: dict, ready: list[str], work: Path, model_dir: Path
     for label in ready:
         s = servers[label]
         try:
+            s["gate_settings"] = gate_settings(s["cfg"], model_dir=model_dir)  # the determinism probe reads it too
             evs = await run_gates_async(
-                url=s["url"], target=TARGET, settings=gate_settings(s["cfg"], model_dir=model_dir), config_digest=config_digest(s["cfg"]),
+                url=s["url"], target=TARGET, settings=s["gate_settings"], config_digest=config_digest(s["cfg"]),
                 out_dir=work / f"gates-{label}", only=list(GATES), server_log=s["log"].read_text(errors="replace"),
             )
             out[label] = {ev.gate: {"verdict": ev.verdict, "summary": ev.summary, "observed": ev.observed} for ev in evs}
@@ -395,20 +396,20 @@ async def run_gates(servers: dict, ready: list[str], work: Path, model_dir: Path
     return out
 
 
-async def probe_determinism(servers: dict, ready: list[str], gates: dict, model_dir: Path) -> dict:
+async def probe_determinism(servers: dict, ready: list[str], gates: dict) -> dict:
     """Where the determinism gate failed, the same prompt again one at a time (determinism.py says
-    what each outcome means); the arms run side by side."""
+    what each outcome means), with the gate's settings; the arms run side by side."""
     import asyncio
 
     from benchmarks.engine import determinism
-    from builder.measure.settings import gate_settings, load_expectations
+    from builder.measure.settings import load_expectations
 
     failed = [label for label in ready if gates.get(label, {}).get("determinism", {}).get("verdict") == "fail"]
 
     async def one(label: str) -> dict:
         s = servers[label]
         try:
-            settings = gate_settings(s["cfg"], model_dir=model_dir)
+            settings = s["gate_settings"]
             prompt = load_expectations(settings.expectations).determinism_prompt
             return await determinism.probe(s["url"], s["cfg"].model.served_name, prompt,
                                            runs=settings.gates.determinism_runs, max_tokens=64)
@@ -596,7 +597,7 @@ def measure(*, carried: Path, state: Path, out: Path, budget_s: float, phases: t
         if "gates" in phases:
             summary["gates"] = asyncio.run(run_gates(servers, ready, work, state / "model"))
             summary["phases"]["gates_s"] = clock.elapsed()
-            summary["determinism_probe"] = asyncio.run(probe_determinism(servers, ready, summary["gates"], state / "model"))
+            summary["determinism_probe"] = asyncio.run(probe_determinism(servers, ready, summary["gates"]))
             summary["phases"]["determinism_probe_s"] = clock.elapsed()
             pack(out, work, summary)
         if "fidelity" in phases and clock.left() > 30:

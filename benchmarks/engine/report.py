@@ -15,7 +15,9 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-ARMS = ("int8", "fp8", "bf16")
+from benchmarks.engine.device import ARMS as DEVICE_ARMS
+
+ARMS = tuple(label for label, _, _ in DEVICE_ARMS)
 LABEL = "engine on an H200, small Qwen4Exp with random weights (not the real model)"
 
 
@@ -203,8 +205,9 @@ def pool_check(runs: list[Run]):
     return EnginePoolCheck(run=f"call {run.call} ({run.name})", label=LABEL, kv_bytes=kv_bytes.pop(), arms=arms)
 
 
-#: fidelity.compare's labels and the --kv-cache-dtype each served.
-FIDELITY_DTYPES = {"int8": "int8_per_token_head", "fp8": "fp8", "bf16-repeat": "auto"}
+#: fidelity.compare's labels and the --kv-cache-dtype each served: the driver's arms, and bf16 again.
+FIDELITY_DTYPES = {**{label: dtype for label, dtype, _ in DEVICE_ARMS if label != "bf16"},
+                   "bf16-repeat": dict((label, dtype) for label, dtype, _ in DEVICE_ARMS)["bf16"]}
 
 
 def fidelity_check(runs: list[Run]):

@@ -207,7 +207,8 @@ def engine_fidelity_note(path: Path) -> str | None:
     if check is None:
         return None
     named = {"int8_per_token_head": "int8", "fp8": "fp8", "auto": "bf16 against itself"}
-    arms = sorted(check.arms.values(), key=lambda a: list(named).index(a.kv_cache_dtype) if a.kv_cache_dtype in named else 9)
+    order = {dtype: i for i, dtype in enumerate(named)}
+    arms = sorted(check.arms.values(), key=lambda a: order.get(a.kv_cache_dtype, len(order)))
     kl = ", ".join(f"{named.get(a.kv_cache_dtype, a.kv_cache_dtype)} {a.mean_kl:.1e}" for a in arms)
     agree = " / ".join(f"{a.greedy_agreement:.2f}" for a in arms)
     prompts = min(a.prompts for a in arms)
