@@ -21,6 +21,14 @@ PLATFORMS = tuple(
 ) + ("manylinux2014_x86_64", "manylinux1_x86_64")
 
 
+#: Distributions the device driver imports for its own checks, not found by the engine's import probe
+#: (the api_surface gate drives the server with the OpenAI client): the lock must close their
+#: requirements (call 50 lost that gate to openai's `jiter`).
+DRIVER_DISTRIBUTIONS = ("openai",)
+#: What the H200 image already holds of those requirements (KINDS.md's package list).
+DEVICE_IMAGE_HAS = frozenset({"anyio", "httpx", "httpcore", "h11", "idna", "certifi", "tqdm"})
+
+
 def read_lock(path: Path = LOCK_FILE) -> list[LockEntry]:
     """Parse the lock; every non-comment line must be `name==version --hash=sha256:HEX` (the engine
     lock's line without its file name: builder.image.lock.parse_entry reads both)."""

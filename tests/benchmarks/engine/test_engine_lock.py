@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import hashlib
+import importlib.metadata
 
 import pytest
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
 
-from benchmarks.engine.lock import LOCK_FILE, check_wheels, read_lock
+from benchmarks.engine.lock import DEVICE_IMAGE_HAS, DRIVER_DISTRIBUTIONS, LOCK_FILE, check_wheels, read_lock
 from builder.errors import EngineHarnessError
 
 
@@ -20,6 +23,29 @@ def test_the_committed_lock_pins_every_wheel_once_by_hash():
         assert needed in names, needed
     # the image's own GPU stack is never carried over it
     assert not names & {"torch", "triton", "transformers", "numpy", "tokenizers"}
+
+
+def unmet_requirements(locked, distribution: str) -> set[str]:
+    """distribution's unconditional requirements that neither the lock nor the device image holds."""
+    have = {canonicalize_name(w.name) for w in locked} | {canonicalize_name(n) for n in DEVICE_IMAGE_HAS}
+    needs = {canonicalize_name(Requirement(r).name) for r in importlib.metadata.requires(distribution) or ()
+             if Requirement(r).marker is None}
+    return needs - have
+
+
+@pytest.mark.parametrize("distribution", DRIVER_DISTRIBUTIONS)
+def test_the_lock_closes_what_the_driver_itself_imports(distribution):
+    locked = read_lock(LOCK_FILE)
+    pinned = {canonicalize_name(w.name): w.version for w in locked}
+    # the installed metadata stands for the locked wheel's only when the versions agree
+    assert pinned[canonicalize_name(distribution)] == importlib.metadata.version(distribution)
+    assert unmet_requirements(locked, distribution) == set()
+
+
+def test_a_lock_without_a_driver_requirement_is_caught():
+    """Control: the lock as it was at call 50, without openai's jiter."""
+    locked = [w for w in read_lock(LOCK_FILE) if canonicalize_name(w.name) != "jiter"]
+    assert unmet_requirements(locked, "openai") == {"jiter"}
 
 
 def test_a_malformed_line_is_named(tmp_path):
