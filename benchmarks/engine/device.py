@@ -384,13 +384,20 @@ async def run_gates(servers: dict, ready: list[str], work: Path, model_dir: Path
         s = servers[label]
         try:
             s["gate_settings"] = gate_settings(s["cfg"], model_dir=model_dir)  # the determinism probe reads it too
-            evs = await run_gates_async(
-                url=s["url"], target=TARGET, settings=s["gate_settings"], config_digest=config_digest(s["cfg"]),
-                out_dir=work / f"gates-{label}", only=list(GATES), server_log=s["log"].read_text(errors="replace"),
-            )
-            out[label] = {ev.gate: {"verdict": ev.verdict, "summary": ev.summary, "observed": ev.observed} for ev in evs}
         except Exception as exc:  # recorded with where it came from; the next arm and phase still run
             out[label] = {"error": error_text(exc)}
+            log(f"gates {label}: {out[label]['error'][:300]}")
+            continue
+        out[label] = {}
+        for gate in GATES:  # one at a time: a gate that raises costs only its own verdict (call 50)
+            try:
+                (ev,) = await run_gates_async(
+                    url=s["url"], target=TARGET, settings=s["gate_settings"], config_digest=config_digest(s["cfg"]),
+                    out_dir=work / f"gates-{label}", only=[gate], server_log=s["log"].read_text(errors="replace"),
+                )
+                out[label][gate] = {"verdict": ev.verdict, "summary": ev.summary, "observed": ev.observed}
+            except Exception as exc:
+                out[label][gate] = {"verdict": "error", "summary": error_text(exc, 300), "error": error_text(exc)}
         log(f"gates {label}: " + json.dumps({k: v["summary"] if isinstance(v, dict) else v
                                              for k, v in out[label].items()})[:300])
     return out
@@ -476,9 +483,10 @@ async def run_fidelity(servers: dict, ready: list[str], model_dir: Path, work: P
     return out
 
 
-async def run_bench(servers: dict, ready: list[str], work: Path, clock: Clock, reserve_s: float) -> dict:
-    """Cells of (prompt length, concurrency); within a cell the arms run one after another in a
-    rotating order, so no arm always goes first. Skips what the budget no longer covers."""
+async def run_bench(servers: dict, ready: list[str], work: Path, clock: Clock, reserve_s: float,
+                    cells_wanted: frozenset[tuple[int, int]] | None = None) -> dict:
+    """Cells of (prompt length, concurrency), all or cells_wanted; within a cell the arms run one after
+    another in a rotating order, so no arm always goes first. Skips what the budget no longer covers."""
     import httpx
 
     from builder.measure.core import bench
@@ -497,6 +505,8 @@ async def run_bench(servers: dict, ready: list[str], work: Path, clock: Clock, r
                 log(f"bench warm-up {label}: {error_text(exc, 300)}")
         for length in BENCH_LENGTHS:
             for conc in BENCH_CONCURRENCY:
+                if cells_wanted is not None and (length, conc) not in cells_wanted:
+                    continue
                 tokens = length * max(conc, 2) * len(ready)
                 if clock.left() < reserve_s + s_per_token * tokens:
                     skipped.append({"input_len": length, "concurrency": conc, "reason": "device budget",
@@ -527,6 +537,21 @@ async def run_bench(servers: dict, ready: list[str], work: Path, clock: Clock, r
     return {"cells": cells, "skipped": skipped}
 
 
+def parse_bench_cells(text: str) -> frozenset[tuple[int, int]] | None:
+    """'131072x4,131072x16' -> {(131072, 4), (131072, 16)}; '' -> None (every cell)."""
+    if not text.strip():
+        return None
+    grid = {(n, c) for n in BENCH_LENGTHS for c in BENCH_CONCURRENCY}
+    cells = set()
+    for item in filter(None, (x.strip() for x in text.split(","))):
+        length, sep, conc = item.partition("x")
+        if not sep or not length.isdigit() or not conc.isdigit() or (int(length), int(conc)) not in grid:
+            raise ValueError(f"{item!r} is not a grid cell; choose LENxCONC with LEN in {BENCH_LENGTHS} "
+                             f"and CONC in {BENCH_CONCURRENCY}")
+        cells.add((int(length), int(conc)))
+    return frozenset(cells)
+
+
 def pack(out: Path, work: Path, summary: dict) -> None:
     """Everything into $OUT/results.tar.gz plus summary.json (the run tool takes back 8 files)."""
     import tarfile
@@ -553,7 +578,8 @@ def fresh_results(state: Path) -> Path:
 
 
 def measure(*, carried: Path, state: Path, out: Path, budget_s: float, phases: tuple[str, ...] = PHASES,
-            layout: str = "tp1", graphs: bool = False, triton_cache: Path | None = None) -> int:
+            layout: str = "tp1", graphs: bool = False, triton_cache: Path | None = None,
+            bench_cells: frozenset[tuple[int, int]] | None = None) -> int:
     import asyncio
 
     clock = Clock(budget_s)
@@ -608,7 +634,7 @@ def measure(*, carried: Path, state: Path, out: Path, budget_s: float, phases: t
             summary["phases"]["fidelity_s"] = clock.elapsed()
             pack(out, work, summary)
         if "bench" in phases:
-            summary["bench"] = asyncio.run(run_bench(servers, ready, work, clock, reserve_s=25))
+            summary["bench"] = asyncio.run(run_bench(servers, ready, work, clock, reserve_s=25, cells_wanted=bench_cells))
             summary["phases"]["bench_s"] = clock.elapsed()
         return 0
     except Exception as exc:
@@ -642,6 +668,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="measure: a triton-cache.tar.xz an earlier measure call wrote to $OUT (unpacked if none is here)")
     p.add_argument("--phases", default=",".join(PHASES),
                    help=f"measure: which of {','.join(PHASES)} to run after ready (a short device budget picks)")
+    p.add_argument("--bench-cells", default="",
+                   help="measure: only these bench cells, LENxCONC comma list (e.g. 131072x4,131072x16); default all")
     args = p.parse_args(argv)
     if not (args.carried / MANIFEST).is_file():
         p.error(f"--carried {args.carried} has no {MANIFEST}")
@@ -656,8 +684,12 @@ def main(argv: list[str] | None = None) -> int:
     phases = tuple(x for x in args.phases.split(",") if x)
     if not phases or set(phases) - set(PHASES):
         p.error(f"--phases: choose from {','.join(PHASES)}, got {args.phases!r}")
+    try:
+        cells = parse_bench_cells(args.bench_cells)
+    except ValueError as exc:
+        p.error(f"--bench-cells: {exc}")
     return measure(carried=args.carried, state=args.state, out=args.out, budget_s=args.budget_s, phases=phases,
-                   layout=args.layout, graphs=args.graphs, triton_cache=args.triton_cache)
+                   layout=args.layout, graphs=args.graphs, triton_cache=args.triton_cache, bench_cells=cells)
 
 
 if __name__ == "__main__":

@@ -372,3 +372,34 @@ def test_a_second_measure_on_a_warm_machine_sends_back_only_its_own_results(tmp_
         names = tar.getnames()
     assert "results/first-only.json" not in names
     assert (state / "results-1" / "first-only.json").is_file()  # kept, not deleted
+
+
+def test_a_gate_that_raises_costs_only_its_own_verdict(tmp_path, free_port):
+    """Call 55: api_surface raised (openai's jiter missing) and the arm's kv_pool, determinism and
+    prefix_cache verdicts were lost with it. Against a port nobody listens on every gate raises;
+    each must come back under its own name."""
+    import asyncio
+
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text(json.dumps(
+        gen.text_config(gen.SmallQwen4Exp(), vocab_size=49280, bos=1, eos=2, pad=2)))
+    log = tmp_path / "server.log"
+    log.write_text("")
+    cfg = device.arm_config(load_target(device.TARGET), kv_dtype="int8_per_token_head", port=free_port)
+    servers = {"int8": {"cfg": cfg, "url": f"http://127.0.0.1:{free_port}", "log": log}}
+    out = asyncio.run(device.run_gates(servers, ["int8"], tmp_path / "work", model))
+    assert list(out["int8"]) == list(device.GATES)
+    assert all(v["verdict"] == "error" and "Connect" in v["error"] for v in out["int8"].values()), out
+
+
+def test_bench_cells_pick_grid_cells_and_name_a_wrong_one(tmp_path, capsys):
+    assert device.parse_bench_cells("") is None
+    assert device.parse_bench_cells("131072x4, 131072x16") == {(131072, 4), (131072, 16)}
+    for wrong in ("131072x5", "8192", "ax4"):
+        with pytest.raises(ValueError, match="not a grid cell"):
+            device.parse_bench_cells(wrong)
+    (tmp_path / "manifest.json").write_text("{}")
+    with pytest.raises(SystemExit):
+        device.main(["measure", "--carried", str(tmp_path), "--out", str(tmp_path / "out"), "--bench-cells", "1x1"])
+    assert "--bench-cells: '1x1' is not a grid cell" in capsys.readouterr().err
