@@ -183,3 +183,37 @@ def test_api_surface_gate_passes_on_the_image(cpu_smoke_url, pinned_target, tmp_
     assert ev.required
     assert [g.gate for g in load_gate_evidence(tmp_path)] == ["api_surface"]
     assert all(record["health_after"] == 200 for record in ev.records)
+
+
+def test_api_surface_gate_passes_on_a_reasoning_server(built, pinned_target, free_port, tmp_path):
+    """The release serves with vLLM's qwen3 reasoning parser. SmolLM2 never closes a thinking
+    block, so every chat answer lands in `reasoning` with content empty, as a real reasoning
+    model's short answers do: the gate must count that as an answer, and ask for JSON with
+    thinking off (on the H200 the gate failed chat, chat_stream_usage and json_mode for this, call 62)."""
+    import asyncio
+
+    from builder.config import config_digest
+    from builder.config.overrides import LaunchOverrides
+    from builder.measure.gates import run_gates_async
+    from builder.measure.settings import gate_settings
+
+    cfg = load_target(pinned_target)
+    name = f"qfn-int8kv-cpu-smoke-reasoning-{free_port}"
+    try:
+        served = serve(cfg=cfg, host_port=free_port, timeout_s=READY_TIMEOUT_S, name=name,
+                       overrides=LaunchOverrides(extra_args=["--reasoning-parser", "qwen3"]))
+        # Control: the server really answers in reasoning only, which the old check refused.
+        answer = httpx.post(f"{served.url}/v1/chat/completions", timeout=120, json={
+            "model": cfg.model.served_name, "max_tokens": 16, "temperature": 0,
+            "messages": [{"role": "user", "content": "What is the capital of France? Answer in one sentence."}],
+        }).json()["choices"][0]["message"]
+        assert not answer["content"] and answer["reasoning"].strip(), answer
+        [ev] = asyncio.run(run_gates_async(
+            url=served.url, target=cfg.target.name, settings=gate_settings(cfg), config_digest=config_digest(cfg),
+            out_dir=tmp_path, only=["api_surface"],
+        ))
+        assert ev.verdict == "pass", ev.observed["details"]
+        assert "(reasoning)" in ev.observed["details"]["chat"]
+        assert ev.observed["details"]["json_mode"].startswith("object with keys")
+    finally:
+        stop(target=cfg.target.name, name=name)
