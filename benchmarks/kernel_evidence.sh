@@ -10,12 +10,14 @@
 #   Current evidence (issue 13):
 #   benchmarks/kernel_evidence.sh PATCHED UPSTREAM OUT grid-sweep grid tests mutation-window accuracy store-bench fix-speed deferred-bias emulation
 #   and on the fixed kernel (2026-11-30; PATCHED/UPSTREAM need only vllm/models/qwen4_exp/nvidia/ops): memcheck ncu
+#   2026-12-01: store-sweep ncu-grid, then (store launch re-chosen) store-bench and tests -k quantize_on_write
 #   Earlier evidence (kernel before issue 13; files named in evidence/kernels/README.md):
 #   benchmarks/kernel_evidence.sh PATCHED UPSTREAM OUT memcheck mutation sweep layouts trims store ncu
 #
 # sweep and grid-sweep rewrite _SM90_INT8_TABLE in PATCHED (benchmarks/qsa_int8_table.py); run
 # `builder patches refresh --from PATCHED` afterwards to carry it into the diff.
-# Afterwards, on any machine: python benchmarks/qsa_grid_report.py --grid OUT/qsa-grid-h200.json --out OUT
+# Afterwards, on any machine: python benchmarks/qsa_grid_report.py --grid OUT/qsa-grid-h200.json --out OUT \
+#   --ncu OUT/qsa-grid-ncu-h200.json
 set -euo pipefail
 E=$1 U=$2 OUT=$3
 shift 3
@@ -80,6 +82,17 @@ for step in "$@"; do
       python benchmarks/qsa_int8_mma_emulation.py > "$OUT/qsa-int8-mma-emulation.txt" ;;
     store-bench)
       python benchmarks/qsa_store_bench.py --engine "$E" --out "$OUT" > "$OUT/qsa-int8-store-h200.txt" 2>&1 ;;
+    store-sweep)
+      # Every (tokens per program, warps) at every write size: where _store_int8_launch comes from.
+      python benchmarks/qsa_store_bench.py --engine "$E" --out "$OUT" --sweep --reps 10 > "$OUT/qsa-int8-store-sweep-h200.txt" 2>&1 ;;
+    ncu-grid)
+      # Counters at representative grid misses (and one met point), fp8 and int8, one cold launch each.
+      points="ctx32K decode 64x5 w2051 24/2;ctx32K decode 64x5 w1024 12/1;ctx128K decode 256x5 w4099 12/1;ctx128K decode 256x5 w2051 24/2"
+      points+=";ctx32K prefill 512 w4099 12/1;ctx128K prefill 2048 w2051 24/2;ctx256K decode 1x5 w2051 24/2;ctx4K decode 8x5 w4099 24/2"
+      ncu --clock-control none --section SpeedOfLight --section MemoryWorkloadAnalysis --section WarpStateStats --section Occupancy \
+        -k regex:sparse_paged python benchmarks/qsa_grid_ncu.py --engine "$E" --upstream "$U" --points "$points" \
+        > "$OUT/ncu-grid-misses-h200.txt" 2>&1
+      python benchmarks/qsa_grid_ncu.py --table "$OUT/ncu-grid-misses-h200.txt" --out "$OUT" ;;
     memcheck)
       compute-sanitizer --tool memcheck python -m pytest -p no:cacheprovider bundle/patches/int8_unit_test.py \
         -k "memcheck or quantize_on_write" -s > "$OUT/int8_unit_test-memcheck-h200.log" 2>&1

@@ -4,7 +4,11 @@ Writes <out>/qsa-grid-h200.png (two heatmaps of speedup by CUDA-graph time: fp8 
 bf16 / int8) and <out>/qsa-grid-h200.txt (every point, then the points that miss the
 goal with the numbers that name their limiter).
 
-    python benchmarks/qsa_grid_report.py --grid evidence/kernels/qsa-grid-h200.json --out evidence/kernels
+    python benchmarks/qsa_grid_report.py --grid evidence/kernels/qsa-grid-h200.json --out evidence/kernels \
+        [--ncu evidence/kernels/qsa-grid-ncu-h200.json]
+
+With --ncu (benchmarks/qsa_grid_ncu.py's table), profiled misses are named from their counters,
+and the rest by the inference those profiles support.
 """
 
 from __future__ import annotations
@@ -25,9 +29,34 @@ def gathered_bytes(point: dict, arm: str) -> int:
     return point["rows"] * count * point["kv_heads"] * per_row
 
 
+#: From the profiled prefill misses (ncu, evidence/kernels/qsa-grid-ncu-h200.json): DRAM at 3-36%,
+#: L2 hit rate 42-95%; what the gathered-bytes rate called "bytes" there is not the limiter.
+PREFILL_LATENCY = ("latency at low occupancy: rows re-gather shared tokens from L2, both kernels run at "
+                   "12.5% theoretical occupancy (registers and shared memory) and int8's warps wait longer per "
+                   "instruction; memory is not the bound")
+
+
+def profiled_limiter(rows: dict[str, dict]) -> str:
+    """What the counters say bounds int8 at one profiled point (ncu rows of fp8 and int8)."""
+    f, i = rows["fp8"], rows["int8"]
+    numbers = (f"ncu: int8 DRAM {i['dram_pct']:.0f}% L2 {i['l2_pct']:.0f}% (hit {i['l2_hit_pct']:.0f}%) "
+               f"{i['cycles_per_issue']:.1f} cycles/issue; fp8 DRAM {f['dram_pct']:.0f}% L2 {f['l2_pct']:.0f}% "
+               f"{f['cycles_per_issue']:.1f} cycles/issue")
+    if i["duration_us"] < 30:
+        why = "latency (profiled): too little work to fill the GPU"
+    elif i["dram_pct"] >= 70 or i["l2_pct"] >= 85:
+        why = ("memory (profiled): int8 already drives DRAM/L2 near their limits, and it reads 12% more sectors "
+               "than fp8 (its K and V scales)")
+    elif i["dram_pct"] < 40:
+        why = "latency at low occupancy (profiled): memory is not the bound"
+    else:
+        why = "neither memory nor compute saturated (profiled): latency and issue"
+    return f"{why} [{numbers}]"
+
+
 def limiter(point: dict, copy_tbps: float) -> str:
-    """What the numbers say bounds int8 at a missed point: inferred from gathered bytes / time
-    (K/V rows each selection reads, L2 hits included, so it can pass 100%), not profiled."""
+    """What bounds int8 at a missed point, inferred from gathered bytes / time (K/V rows each
+    selection reads, L2 hits included, so it can pass 100%) and, for prefill, from the profiles."""
     ms = {arm: point["ms"][arm]["graph"] for arm in ("fp8", "int8")}
     tbps = {arm: gathered_bytes(point, arm) / (ms[arm] * 1e-3) / 1e12 for arm in ms}
     pct = {arm: 100 * tbps[arm] / copy_tbps for arm in ms}
@@ -35,6 +64,8 @@ def limiter(point: dict, copy_tbps: float) -> str:
     numbers = f"fp8 {ms['fp8'] * 1e3:.1f} us at {pct['fp8']:.0f}% of copy rate, int8 {ms['int8'] * 1e3:.1f} us at {pct['int8']:.0f}%, {programs} int8 programs"
     if ms["fp8"] * 1e3 < 30:
         why = "latency: launch, split-K merge and one gather round trip; neither arm near bandwidth"
+    elif point["prefill"]:
+        why = PREFILL_LATENCY
     elif pct["fp8"] >= 55:
         why = "bytes: fp8 already gathers near the memory rate; int8 gathers the same 512 B of K/V per token-head plus K and V scales from two more 32 B sectors (+12%), so it can at best tie"
     else:
@@ -42,7 +73,9 @@ def limiter(point: dict, copy_tbps: float) -> str:
     return f"{why} [{numbers}]"
 
 
-def summary(grid: dict) -> str:
+def summary(grid: dict, profiled: dict[str, dict] | None = None) -> str:
+    """profiled: point name -> {"fp8": ncu row, "int8": ncu row}."""
+    profiled = profiled or {}
     copy = grid["copy_tb_per_s"]
     lines = [
         f"QSA grid on {grid['versions']['gpu']} ({grid['timing']})",
@@ -75,10 +108,12 @@ def summary(grid: dict) -> str:
         f"slower than bf16 (graph timing): {sum(p['int8_speedup_over_bf16']['graph'] < 1.0 for p in grid['points'])} points, "
         f"{sum(p['int8_speedup_over_bf16']['graph'] < 1.0 and p['goal_in_scope'] for p in grid['points'])} of them with fp8 work > 20 us",
         "",
-        f"misses ({len(misses)}), with what bounds them (inferred from gathered bytes / graph time against the copy rate; not profiled):",
+        f"misses ({len(misses)}), with what bounds them ({len(profiled)} points profiled by ncu, marked 'profiled'; the rest "
+        "inferred from gathered bytes / graph time against the copy rate and, for prefill, from the prefill profiles):",
     ]
     for p in misses:
-        lines.append(f"  {p['name']}: x fp8 {p['int8_speedup_over_fp8']['graph']:.2f}, x bf16 {p['int8_speedup_over_bf16']['graph']:.2f}; {limiter(p, copy)}")
+        why = profiled_limiter(profiled[p["name"]]) if p["name"] in profiled else limiter(p, copy)
+        lines.append(f"  {p['name']}: x fp8 {p['int8_speedup_over_fp8']['graph']:.2f}, x bf16 {p['int8_speedup_over_bf16']['graph']:.2f}; {why}")
     return "\n".join(lines) + "\n"
 
 
@@ -118,10 +153,15 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--grid", type=Path, required=True)
     parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--ncu", type=Path, help="qsa_grid_ncu.py's JSON: name profiled misses from their counters")
     args = parser.parse_args()
     grid = json.loads(args.grid.read_text())
+    profiled: dict[str, dict] = {}
+    if args.ncu:
+        for row in json.loads(args.ncu.read_text())["rows"]:
+            profiled.setdefault(row["point"], {})[row["arm"]] = row
     args.out.mkdir(parents=True, exist_ok=True)
-    text = summary(grid)
+    text = summary(grid, profiled)
     (args.out / "qsa-grid-h200.txt").write_text(text)
     print(text)
     heatmaps(grid, args.out / "qsa-grid-h200.png")

@@ -16,6 +16,7 @@ replayed, events around it (one small write inside a graph, launch included); ev
 one eager launch with host work hidden behind a spin kernel.
 
     python benchmarks/qsa_store_bench.py --engine PATCHED --out DIR
+    python benchmarks/qsa_store_bench.py --engine PATCHED --out DIR --sweep   # launch configs per size
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ SIZES = (("decode 1x5", 5, 5), ("decode 8x5", 40, 5), ("decode 64x5", 320, 5), (
          ("prefill 512", 512, PAGE), ("prefill 2048", 2048, PAGE), ("prefill 8192", 8192, PAGE), ("prefill 65536", 65536, PAGE))  # fmt: skip
 GRAPH_LAUNCHES = 20
 TARGET_PCT = 80.0
+SWEEP_CONFIGS = tuple((t, w) for t in (1, 2, 4, 8, 16) for w in (1, 2, 4, 8))
 
 
 def slots_for(pattern: str, tokens: int, run: int, gen: torch.Generator) -> torch.Tensor:
@@ -91,15 +93,88 @@ def time_pair(fns: dict, *, reps: int) -> dict:
     return {name: {mode: statistics.median(t) for mode, t in by.items()} for name, by in samples.items()}
 
 
+def with_launch(ops, config: tuple[int, int], fn):
+    """Run fn with the wrapper's (tokens per program, warps) forced to config: the shipped
+    wrapper and kernel, only the launch choice differs."""
+    shipped = ops._store_int8_launch
+    ops._store_int8_launch = lambda num_tokens, num_heads: config
+    try:
+        return fn()
+    finally:
+        ops._store_int8_launch = shipped
+
+
+def graph_times(fns: dict, *, reps: int) -> dict:
+    graphs = {name: graph_of(fn, GRAPH_LAUNCHES) for name, fn in fns.items()}
+    samples = {name: [] for name in fns}
+    for _ in range(reps):
+        for name, graph in graphs.items():
+            start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            graph.replay()
+            stop.record()
+            stop.synchronize()
+            samples[name].append(start.elapsed_time(stop) / GRAPH_LAUNCHES)
+    return {name: statistics.median(t) for name, t in samples.items()}
+
+
+def sweep(ops, layout, *, reps: int, out: Path) -> None:
+    """Every (tokens per program, warps) at every size, graph timing, against the same-bytes
+    copy and byte-checked against the shipped launch's cache."""
+    gen = torch.Generator().manual_seed(0)
+    rows = []
+    names = [f"T{t}/w{w}" for t, w in SWEEP_CONFIGS]
+    print(f"{'size':<15}{'heads':>6} {'slots':<10}{'copy us':>8}{'shipped us':>11}{'best':>9}{'best us':>8}{'% copy':>7}  all exact")
+    for heads in (2, 1):
+        caches = [int8_kv_cache(layout, POOL_PAGES, PAGE, heads)[1:] for _ in range(2)]
+        for label, tokens, run in SIZES:
+            key = torch.randn(tokens, heads, HEAD_DIM, generator=gen).mul(torch.rand(tokens, heads, 1, generator=gen) * 4).to(torch.bfloat16).cuda()
+            value = torch.randn(tokens, heads, HEAD_DIM, generator=gen).to(torch.bfloat16).cuda()
+            half = moved_bytes(tokens, heads) // 2
+            src = torch.empty(half, dtype=torch.uint8, device="cuda").random_(0, 255)
+            dst = torch.empty_like(src)
+            for pattern in ("scattered", "paged"):
+                slots = slots_for(pattern, tokens, run, gen)
+                ref, trial = caches
+                for c in ref + trial:
+                    c.zero_()
+                ops.qsa_store_int8_kv(key, value, *ref, slots)
+                exact = {}
+                fns = {"copy": lambda src=src, dst=dst: dst.copy_(src),
+                       "shipped": lambda slots=slots, key=key, value=value: ops.qsa_store_int8_kv(key, value, *trial, slots)}
+                for name, config in zip(names, SWEEP_CONFIGS):
+                    for c in trial:
+                        c.zero_()
+                    with_launch(ops, config, lambda: ops.qsa_store_int8_kv(key, value, *trial, slots))
+                    exact[name] = all(torch.equal(a, b) for a, b in zip(ref, trial))
+                    fns[name] = lambda config=config, slots=slots, key=key, value=value: with_launch(
+                        ops, config, lambda: ops.qsa_store_int8_kv(key, value, *trial, slots))
+                t = graph_times(fns, reps=reps)
+                best = min(names, key=lambda n: t[n])
+                row = {"size": label, "tokens": tokens, "kv_heads": heads, "slots": pattern, "us": {n: 1e3 * v for n, v in t.items()},
+                       "exact": exact, "best": best, "pct_of_copy_best": 100 * t["copy"] / t[best],
+                       "pct_of_copy_shipped": 100 * t["copy"] / t["shipped"]}  # fmt: skip
+                rows.append(row)
+                print(f"{label:<15}{heads:>6} {pattern:<10}{t['copy'] * 1e3:>8.2f}{t['shipped'] * 1e3:>11.2f}{best:>9}"
+                      f"{t[best] * 1e3:>8.2f}{row['pct_of_copy_best']:>7.1f}  {all(exact.values())}", flush=True)
+        del caches
+        torch.cuda.empty_cache()
+    write_json(out, "qsa-int8-store-sweep-h200.json", {"configs": names, "rows": rows, "versions": versions()})
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--engine", type=Path, required=True)
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--reps", type=int, default=20)
+    parser.add_argument("--sweep", action="store_true", help="time every launch config per size instead")
     args = parser.parse_args()
 
     ops = load_qsa_ops(args.engine)
     layout = load_ops_module("qsa_kv_layout")
+    if args.sweep:
+        sweep(ops, layout, reps=args.reps, out=args.out)
+        return
     copy_tbps = copy_bandwidth(10)
     gen = torch.Generator().manual_seed(0)
     rows = []

@@ -70,3 +70,21 @@ def test_causal_windows(bundle_helpers):
 
     out = causal_windows(torch.tensor([0, 3, 10]), 4)
     assert out.tolist() == [[0, -1, -1, -1, 1], [0, 1, 2, 3, 4], [7, 8, 9, 10, 4]]
+
+
+def test_store_launch_is_within_5_percent_of_the_best_the_h200_sweep_measured(ops):
+    """The quantize-on-write launch shape per write size comes from the sweep in
+    evidence/kernels/qsa-int8-store-sweep-h200.json; the old fixed 4 tokens x 4 warps, the
+    control, was 10-22% slower than the best at decode sizes."""
+    import json
+
+    from builder.constants import REPO_ROOT
+
+    sweep = json.loads((REPO_ROOT / "evidence/kernels/qsa-int8-store-sweep-h200.json").read_text())
+
+    def worst(launch) -> float:
+        return max(row["us"]["T{}/w{}".format(*launch(row["tokens"], row["kv_heads"]))] / row["us"][row["best"]]
+                   for row in sweep["rows"])
+
+    assert worst(ops._store_int8_launch) <= 1.05
+    assert worst(lambda tokens, heads: (4, 4)) > 1.2

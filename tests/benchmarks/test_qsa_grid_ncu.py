@@ -1,0 +1,56 @@
+"""The ncu side of the kernel grid: the committed profile parses into one row per launch, in order,
+and the grid report names profiled misses from their counters."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import pytest
+
+from builder.constants import REPO_ROOT
+
+sys.path.insert(0, str(REPO_ROOT / "benchmarks"))
+import qsa_grid_ncu  # noqa: E402
+import qsa_grid_report  # noqa: E402
+
+KERNELS = REPO_ROOT / "evidence/kernels"
+
+
+def test_the_committed_profile_parses_to_one_row_per_launch_in_order(tmp_path, monkeypatch):
+    text = (KERNELS / "ncu-grid-misses-h200.txt").read_text()
+    kernels = qsa_grid_ncu.parse(text)
+    assert len(kernels) == 16
+    assert [k["kernel"] for k in kernels] == ["_qsa_sparse_paged_gqa_splitk_kernel", "_qsa_sparse_paged_int8_splitk_kernel"] * 8
+    assert all({"duration_us", "dram_pct", "l2_pct", "l2_hit_pct", "cycles_per_issue"} <= k.keys() for k in kernels)
+    assert kernels[0]["duration_us"] == pytest.approx(247.97)  # ctx32K decode 64x5 w2051 24/2, fp8
+    source = tmp_path / "ncu.txt"
+    source.write_text(text)
+    monkeypatch.setattr(sys, "argv", ["qsa_grid_ncu.py", "--table", str(source), "--out", str(tmp_path)])
+    qsa_grid_ncu.main()
+    assert json.loads((tmp_path / "qsa-grid-ncu-h200.json").read_text()) == {
+        **json.loads((KERNELS / "qsa-grid-ncu-h200.json").read_text()), "source": "ncu.txt"}
+
+
+def test_a_profile_whose_launch_count_differs_is_refused(tmp_path, monkeypatch):
+    text = (KERNELS / "ncu-grid-misses-h200.txt").read_text()
+    order = [line for line in text.splitlines() if line.startswith(qsa_grid_ncu.ORDER_TAG)][-1]
+    source = tmp_path / "ncu.txt"
+    source.write_text(text.replace(order, qsa_grid_ncu.ORDER_TAG + json.dumps([["p", "fp8"]])))
+    monkeypatch.setattr(sys, "argv", ["qsa_grid_ncu.py", "--table", str(source), "--out", str(tmp_path)])
+    with pytest.raises(SystemExit, match="16 profiled kernels for 1 launches"):
+        qsa_grid_ncu.main()
+
+
+def test_profiled_misses_are_named_from_counters_and_prefill_is_not_called_bytes():
+    grid = json.loads((KERNELS / "qsa-grid-h200.json").read_text())
+    profiled: dict[str, dict] = {}
+    for row in json.loads((KERNELS / "qsa-grid-ncu-h200.json").read_text())["rows"]:
+        profiled.setdefault(row["point"], {})[row["arm"]] = row
+    lines = {line.split(":")[0].strip(): line for line in qsa_grid_report.summary(grid, profiled).splitlines()
+             if line.startswith("  ctx")}
+    assert "latency at low occupancy (profiled)" in lines["ctx32K prefill 512 w4099 12/1"]
+    assert "memory (profiled)" in lines["ctx128K decode 256x5 w4099 12/1"]
+    # Control: without the profiles the old inference called this prefill miss "bytes"; now no prefill is.
+    assert "(profiled)" not in qsa_grid_report.summary(grid).split("misses (")[1]
+    assert not any("bytes:" in line for name, line in lines.items() if "prefill" in name)
