@@ -58,6 +58,17 @@ def moved_bytes(tokens: int, heads: int) -> int:
     return tokens * heads * (2 * HEAD_DIM * 2 + 2 * HEAD_DIM + 8) + tokens * 8
 
 
+def size_inputs(tokens: int, heads: int, gen: torch.Generator, *, spread: bool = False):
+    """bf16 K and V rows for one write (spread: rows' magnitudes vary 0-4x, so scales differ), and
+    the source and destination of the same-bytes copy it is held against."""
+    key = torch.randn(tokens, heads, HEAD_DIM, generator=gen)
+    if spread:
+        key = key.mul(torch.rand(tokens, heads, 1, generator=gen) * 4)
+    value = torch.randn(tokens, heads, HEAD_DIM, generator=gen)
+    src = torch.empty(moved_bytes(tokens, heads) // 2, dtype=torch.uint8, device="cuda").random_(0, 255)
+    return key.to(torch.bfloat16).cuda(), value.to(torch.bfloat16).cuda(), src, torch.empty_like(src)
+
+
 def graph_of(fn, launches: int) -> torch.cuda.CUDAGraph:
     fn()
     torch.cuda.synchronize()
@@ -128,11 +139,7 @@ def sweep(ops, layout, *, reps: int, out: Path) -> None:
     for heads in (2, 1):
         caches = [int8_kv_cache(layout, POOL_PAGES, PAGE, heads)[1:] for _ in range(2)]
         for label, tokens, run in SIZES:
-            key = torch.randn(tokens, heads, HEAD_DIM, generator=gen).mul(torch.rand(tokens, heads, 1, generator=gen) * 4).to(torch.bfloat16).cuda()
-            value = torch.randn(tokens, heads, HEAD_DIM, generator=gen).to(torch.bfloat16).cuda()
-            half = moved_bytes(tokens, heads) // 2
-            src = torch.empty(half, dtype=torch.uint8, device="cuda").random_(0, 255)
-            dst = torch.empty_like(src)
+            key, value, src, dst = size_inputs(tokens, heads, gen, spread=True)
             for pattern in ("scattered", "paged"):
                 slots = slots_for(pattern, tokens, run, gen)
                 ref, trial = caches
@@ -183,11 +190,8 @@ def main() -> None:
     for heads in (2, 1):
         _, key_cache, value_cache, ks, vs = int8_kv_cache(layout, POOL_PAGES, PAGE, heads)
         for label, tokens, run in SIZES:
-            key = torch.randn(tokens, heads, HEAD_DIM, generator=gen).to(torch.bfloat16).cuda()
-            value = torch.randn(tokens, heads, HEAD_DIM, generator=gen).to(torch.bfloat16).cuda()
-            half = moved_bytes(tokens, heads) // 2
-            src = torch.empty(half, dtype=torch.uint8, device="cuda").random_(0, 255)
-            dst = torch.empty_like(src)
+            key, value, src, dst = size_inputs(tokens, heads, gen)
+            half = src.numel()
             for pattern in ("scattered", "paged"):
                 slots = slots_for(pattern, tokens, run, gen)
                 fns = {
