@@ -1,5 +1,5 @@
-"""bench.md / bench.png / kv-pools.json from real measure summaries (the H200 calls 25, 33, 39 and
-49) and from runs that measured less."""
+"""bench.md / bench.png / kv-pools.json from real measure summaries (the H200 calls 25, 33, 39, 49,
+55, 56 and 62) and from runs that measured less."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from builder.constants import REPO_ROOT
 
 RUNS = REPO_ROOT / "evidence/engine-h200/runs"
 CALL25, CALL33, CALL39, CALL49 = (RUNS / f"call{n}-summary.json" for n in (25, 33, 39, 49))
+CALL55, CALL56, CALL62 = (RUNS / f"call{n}-summary.json" for n in (55, 56, 62))
 
 
 def test_one_run_gives_its_pools_gates_fidelity_and_bench(tmp_path):
@@ -52,10 +53,24 @@ def test_the_sessions_runs_each_give_what_they_measured(tmp_path):
     assert fidelity["run"] == "call 39 (call39-summary.json)" and fidelity["label"] == report.LABEL
     assert {a: (v["kv_cache_dtype"], v["prompts"]) for a, v in fidelity["arms"].items()} == {
         "int8": ("int8_per_token_head", 100), "fp8": ("fp8", 100), "bf16-repeat": ("auto", 100)}
-    # the committed evidence is these runs' report
-    assert pools == json.loads((REPO_ROOT / "evidence/engine-h200/kv-pools.json").read_text())
-    assert fidelity == json.loads((REPO_ROOT / "evidence/engine-h200/fidelity.json").read_text())
+
+
+def test_the_committed_report_is_the_fifth_sessions_runs(tmp_path):
+    """Calls 55 (eager), 56 (graphs: fidelity, bench) and 62 (graphs: gates one at a time, one
+    picked cell): gates and pools from 62, fidelity from 56, every bench."""
+    argv = ["--out", str(tmp_path)]
+    for n, path in ((55, CALL55), (56, CALL56), (62, CALL62)):
+        argv += ["--run", f"{n}={path}"]
+    assert report.main(argv) == 0
+    md = (tmp_path / "bench.md").read_text()
+    assert "## Gates (call 62)" in md and "## Fidelity against bf16 KV (call 56, CUDA graphs)" in md
+    assert "| api_surface | fail: 15/18 checks" in md
+    assert "| int8 | 100 | 0 | 4.52e-06 |" in md and "| fp8 | 100 | 0 | 9.2e-06 |" in md
+    assert "| int8 | 4,529,669 | 4,510,435 | 1.0043 |" in md
+    assert "| 128K | 4 | 2793 / 3068 / 3286 |" in md
     assert md == (REPO_ROOT / "evidence/engine-h200/bench.md").read_text()
+    for name in ("kv-pools.json", "fidelity.json"):
+        assert (tmp_path / name).read_text() == (REPO_ROOT / "evidence/engine-h200" / name).read_text()
 
 
 def test_failed_cells_and_missing_phases_are_said_not_hidden(tmp_path):
