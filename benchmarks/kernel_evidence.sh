@@ -85,6 +85,10 @@ for step in "$@"; do
     store-sweep)
       # Every (tokens per program, warps) at every write size: where _store_int8_launch comes from.
       python benchmarks/qsa_store_bench.py --engine "$E" --out "$OUT" --sweep --reps 10 > "$OUT/qsa-int8-store-sweep-h200.txt" 2>&1 ;;
+    paired-scales)
+      # Candidate layout (not shipped): K and V scales paired per (token, head), one sector per gather.
+      python benchmarks/int8_variants/paired_scales.py --engine "$E" --upstream "$U" --out "$OUT" \
+        > "$OUT/qsa-int8-paired-scales-h200.txt" 2>&1 ;;
     ncu-grid)
       # Counters at representative grid misses (and one met point), fp8 and int8, one cold launch each.
       points="ctx32K decode 64x5 w2051 24/2;ctx32K decode 64x5 w1024 12/1;ctx128K decode 256x5 w4099 12/1;ctx128K decode 256x5 w2051 24/2"

@@ -29,13 +29,18 @@ class Cache:
     kv_cache: torch.Tensor  # the layer's [blocks, Hkv, page, 2D] cache
 
 
-def int8_kv_cache(layout, num_blocks: int, page: int, num_kv_heads: int, *, device="cuda", row_bytes: int = HEAD_DIM):
+def int8_kv_cache(layout, num_blocks: int, page: int, num_kv_heads: int, *, device="cuda", row_bytes: int = HEAD_DIM,
+                  paired_scales: bool = False):
     """An int8 cache laid out like the patched engine: pages of int8 rows, then
     the K and V fp32 scale tails (carved by the engine's own function).
 
     ``row_bytes`` > D spaces the K and V rows of each (head, token) slot like an
     inline-scale (260) or padded (384, 512) layout; only benchmarks use that, to
     time the same kernel over other strides. Scales stay in the side tails.
+    ``paired_scales`` lays the same tail out as one (K, V) fp32 pair per (token,
+    head), so a gather reads both scales from one 32-byte sector: a candidate
+    layout the benchmarks time against the shipped one (the kernels take any
+    scale strides).
     """
     slot = 2 * row_bytes
     data = num_kv_heads * page * slot
@@ -43,7 +48,13 @@ def int8_kv_cache(layout, num_blocks: int, page: int, num_kv_heads: int, *, devi
     page_bytes = -(-page_bytes // 128) * 128
     raw = torch.zeros(num_blocks * page_bytes, dtype=torch.int8, device=device)
     kv_cache = raw.as_strided((num_blocks, num_kv_heads, page, slot), (page_bytes, page * slot, slot, 1))
-    if row_bytes == HEAD_DIM:
+    if paired_scales:
+        storage = torch.empty(0, dtype=torch.float32, device=device).set_(raw.untyped_storage())
+        k_scales, v_scales = (
+            torch.as_strided(storage, (num_blocks, page, num_kv_heads), (page_bytes // 4, 2 * num_kv_heads, 2), data // 4 + side)
+            for side in range(2)
+        )
+    elif row_bytes == HEAD_DIM:
         k_scales, v_scales = layout.carve_int8_scale_caches(kv_cache, head_dim=HEAD_DIM)
     else:
         storage = torch.empty(0, dtype=torch.float32, device=device).set_(raw.untyped_storage())

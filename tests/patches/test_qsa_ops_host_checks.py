@@ -88,3 +88,31 @@ def test_store_launch_is_within_5_percent_of_the_best_the_h200_sweep_measured(op
 
     assert worst(ops._store_int8_launch) <= 1.05
     assert worst(lambda tokens, heads: (4, 4)) > 1.2
+
+
+def test_paired_scale_layout_sits_in_the_page_tail_and_passes_the_host_checks(ops, bundle_helpers):
+    """The candidate layout benchmarks/int8_variants/paired_scales.py times: each (token, head)'s
+    K and V scale side by side (one 8-byte pair, one sector per gather), in the same tail bytes."""
+    from qsa_cases import int8_kv_cache
+    from qsa_loader import load_ops_module
+
+    layout = load_ops_module("qsa_kv_layout")
+    blocks, page, heads = 8, 16, 2
+    kv_cache, key, value, ks, vs = int8_kv_cache(layout, blocks, page, heads, device="cpu", paired_scales=True)
+    shipped = int8_kv_cache(layout, blocks, page, heads, device="cpu")
+    assert ks.shape == vs.shape == shipped[3].shape and ks.stride() == vs.stride()
+    data_end = heads * page * 2 * 256  # bytes of K/V rows at each page's start
+    for b, t, h in ((0, 0, 0), (3, 7, 1), (7, 15, 1)):
+        k_at, v_at = (4 * (s.storage_offset() + b * s.stride(0) + t * s.stride(1) + h * s.stride(2)) for s in (ks, vs))
+        assert v_at == k_at + 4 and k_at % 8 == 0  # one aligned pair
+        assert data_end <= k_at - b * kv_cache.stride(0) < data_end + layout.int8_scale_bytes_per_block(page, heads)
+    q = torch.zeros(4, 24, 256, dtype=torch.bfloat16)
+    try:
+        ops.qsa_sparse_paged_attention(
+            q, key, value, torch.zeros(4, 33, dtype=torch.int32), torch.zeros(1, blocks, dtype=torch.int32),
+            torch.zeros(4, dtype=torch.int32), True, output_gate=torch.zeros_like(q), k_scale_cache=ks, v_scale_cache=vs,
+        )  # fmt: skip
+    except ValueError as exc:  # the wrapper's own refusals; the kernel launch itself needs a GPU
+        pytest.fail(f"the host checks refused the paired layout: {exc}")
+    except RuntimeError:
+        pass
