@@ -75,6 +75,14 @@ class ApiSurface:
         ]
 
     async def run(self, *, on_check: Callable[[str], None] | None = None) -> list[CheckResult]:
+        """Every check once, then the SDK's client is closed (left open, its connections were
+        closed by the garbage collector after the event loop: 'Event loop is closed', call 62)."""
+        try:
+            return await self._run(on_check)
+        finally:
+            await self.sdk.close()
+
+    async def _run(self, on_check: Callable[[str], None] | None) -> list[CheckResult]:
         results: list[CheckResult] = []
         broken_by: str | None = None
         for name, check in self.checks:
