@@ -93,6 +93,25 @@ def grid(contexts=CONTEXTS, rows=ROWS, widths=WIDTHS, heads=HEADS) -> list[Point
     ]
 
 
+FILTERS = ("contexts", "rows", "widths", "heads")
+
+
+def add_grid_arguments(parser: argparse.ArgumentParser, *, reps: int, defaults: dict[str, str] | None = None) -> None:
+    """--engine, --upstream, --out, --reps and the point filters, as every grid benchmark takes them."""
+    parser.add_argument("--engine", type=Path, required=True)
+    parser.add_argument("--upstream", type=Path, required=True)
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--reps", type=int, default=reps)
+    for name in FILTERS:
+        default = (defaults or {}).get(name, "")
+        parser.add_argument(f"--{name}", default=default, help=f"comma list to keep (default: {default or 'all'})")
+
+
+def selected_points(args: argparse.Namespace) -> list[Point]:
+    wanted = {k: set(filter(None, getattr(args, k).split(","))) for k in FILTERS}
+    return [p for p in grid() if select(p, wanted)]
+
+
 def select(point: Point, wanted: dict[str, set[str]]) -> bool:
     """--contexts/--rows/--widths/--heads filters (empty = all)."""
     keys = {"contexts": str(point.context), "rows": point.rows_label, "widths": str(point.width), "heads": f"{point.q_heads}/{point.kv_heads}"}
@@ -381,22 +400,16 @@ def versions() -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--engine", type=Path, required=True)
-    parser.add_argument("--upstream", type=Path, required=True)
-    parser.add_argument("--out", type=Path, required=True)
-    parser.add_argument("--reps", type=int, default=15)
+    add_grid_arguments(parser, reps=15)
     parser.add_argument("--sweep", action="store_true", help="time int8 tile candidates per point (tunes sm_90)")
     parser.add_argument("--compile-shard", help="I/N: only compile every N-th distinct kernel (run N of these in parallel first)")
     parser.add_argument("--pool-tokens", type=int, default=POOL_TOKENS)
-    for name in ("contexts", "rows", "widths", "heads"):
-        parser.add_argument(f"--{name}", default="", help="comma list to keep (default: all)")
     args = parser.parse_args()
 
     ops = load_qsa_ops(args.engine)
     layout = load_ops_module("qsa_kv_layout")
     upstream = load_file_as(args.upstream / OPS_RELPATH / "qsa.py", "qsa_upstream_ops")
-    wanted = {k: set(filter(None, getattr(args, k).split(","))) for k in ("contexts", "rows", "widths", "heads")}
-    points = [p for p in grid() if select(p, wanted)]
+    points = selected_points(args)
     started = time.time()
     pool_tokens = min(args.pool_tokens, 1 << 16) if args.compile_shard else args.pool_tokens
     pools = build_pools(ops, layout, tokens=pool_tokens)

@@ -24,13 +24,13 @@ sys.path[:0] = [str(ROOT / "benchmarks"), str(ROOT / "bundle" / "patches")]
 
 from qsa_cases import HEAD_DIM, int8_kv_cache  # noqa: E402
 from qsa_grid import (  # noqa: E402
-    PAGE, POOL_TOKENS, Pools, build_pools, capture, grid, make_launch, point_inputs, select, time_arms, versions,
-    write_json,
+    PAGE, POOL_TOKENS, Pools, add_grid_arguments, build_pools, capture, make_launch, point_inputs, selected_points,
+    time_arms, versions, write_json,
 )
 from qsa_loader import OPS_RELPATH, load_file_as, load_ops_module, load_qsa_ops  # noqa: E402
 
 ARMS = ("fp8", "int8", "int8p")
-DEFAULTS = {"contexts": "32768,131072", "rows": "decode 64x5,decode 256x5,prefill 2048", "widths": "", "heads": ""}
+DEFAULTS = {"contexts": "32768,131072", "rows": "decode 64x5,decode 256x5,prefill 2048"}
 
 
 def add_paired(ops, layout, pools: Pools) -> None:
@@ -53,19 +53,13 @@ def add_paired(ops, layout, pools: Pools) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--engine", type=Path, required=True)
-    parser.add_argument("--upstream", type=Path, required=True)
-    parser.add_argument("--out", type=Path, required=True)
-    parser.add_argument("--reps", type=int, default=15)
-    for name, default in DEFAULTS.items():
-        parser.add_argument(f"--{name}", default=default, help=f"comma list to keep (default: {default or 'all'})")
+    add_grid_arguments(parser, reps=15, defaults=DEFAULTS)
     args = parser.parse_args()
 
     ops = load_qsa_ops(args.engine)
     layout = load_ops_module("qsa_kv_layout")
     upstream = load_file_as(args.upstream / OPS_RELPATH / "qsa.py", "qsa_upstream_ops")
-    wanted = {k: set(filter(None, getattr(args, k).split(","))) for k in DEFAULTS}
-    points = [p for p in grid() if select(p, wanted)]
+    points = selected_points(args)
     pools = build_pools(ops, layout, tokens=POOL_TOKENS)
     add_paired(ops, layout, pools)
     modules = {"fp8": upstream, "int8": ops, "int8p": ops}

@@ -30,14 +30,19 @@ def test_one_run_gives_its_pools_gates_fidelity_and_bench(tmp_path):
     assert (tmp_path / "bench.png").stat().st_size > 10_000
 
 
+def report_of(out, runs) -> str:
+    """The report of (call, summary) runs, oldest first, written to out; its bench.md."""
+    argv = ["--out", str(out)]
+    for n, path in runs:
+        argv += ["--run", f"{n}={path}"]
+    assert report.main(argv) == 0
+    return (out / "bench.md").read_text()
+
+
 def test_the_sessions_runs_each_give_what_they_measured(tmp_path):
     """Gates and pools from call 33, fidelity from call 39 (call 33's comparison failed), both
     benches, and graphs over eager only where both modes measured the cell."""
-    argv = ["--out", str(tmp_path)]
-    for n, path in ((33, CALL33), (39, CALL39), (49, CALL49)):
-        argv += ["--run", f"{n}={path}"]
-    assert report.main(argv) == 0
-    md = (tmp_path / "bench.md").read_text()
+    md = report_of(tmp_path, ((33, CALL33), (39, CALL39), (49, CALL49)))
     assert "## Gates (call 33)" in md and "## Fidelity against bf16 KV (call 39, eager)" in md
     assert "| int8 | 100 | 0 | 3.58e-06 |" in md and "| fp8 | 100 | 0 | 8.48e-06 |" in md
     assert "int8 serial 1 of 8, serial_salted 1 of 8" in md
@@ -58,11 +63,7 @@ def test_the_sessions_runs_each_give_what_they_measured(tmp_path):
 def test_the_committed_report_is_the_fifth_sessions_runs(tmp_path):
     """Calls 55 (eager), 56 (graphs: fidelity, bench) and 62 (graphs: gates one at a time, one
     picked cell): gates and pools from 62, fidelity from 56, every bench."""
-    argv = ["--out", str(tmp_path)]
-    for n, path in ((55, CALL55), (56, CALL56), (62, CALL62)):
-        argv += ["--run", f"{n}={path}"]
-    assert report.main(argv) == 0
-    md = (tmp_path / "bench.md").read_text()
+    md = report_of(tmp_path, ((55, CALL55), (56, CALL56), (62, CALL62)))
     assert "## Gates (call 62)" in md and "## Fidelity against bf16 KV (call 56, CUDA graphs)" in md
     assert "| api_surface | fail: 15/18 checks" in md
     assert "| int8 | 100 | 0 | 4.52e-06 |" in md and "| fp8 | 100 | 0 | 9.2e-06 |" in md
