@@ -80,13 +80,13 @@ def graph_of(fn, launches: int) -> torch.cuda.CUDAGraph:
     return graph
 
 
-def time_pair(fns: dict, *, reps: int) -> dict:
+def time_pair(fns: dict, *, reps: int, modes: tuple[str, ...] = ("graph", "single", "events")) -> dict:
     graphs = {name: graph_of(fn, GRAPH_LAUNCHES) for name, fn in fns.items()}
-    singles = {name: graph_of(fn, 1) for name, fn in fns.items()}
-    samples = {name: {"graph": [], "single": [], "events": []} for name in fns}
+    singles = {name: graph_of(fn, 1) for name, fn in fns.items()} if "single" in modes else {}
+    samples = {name: {mode: [] for mode in modes} for name in fns}
     for _ in range(reps):
         for name, fn in fns.items():
-            for mode in ("graph", "single", "events"):
+            for mode in modes:
                 start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
                 if mode == "events":
                     torch.cuda._sleep(HOST_COVER_CYCLES)
@@ -113,20 +113,6 @@ def with_launch(ops, config: tuple[int, int], fn):
         return fn()
     finally:
         ops._store_int8_launch = shipped
-
-
-def graph_times(fns: dict, *, reps: int) -> dict:
-    graphs = {name: graph_of(fn, GRAPH_LAUNCHES) for name, fn in fns.items()}
-    samples = {name: [] for name in fns}
-    for _ in range(reps):
-        for name, graph in graphs.items():
-            start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            graph.replay()
-            stop.record()
-            stop.synchronize()
-            samples[name].append(start.elapsed_time(stop) / GRAPH_LAUNCHES)
-    return {name: statistics.median(t) for name, t in samples.items()}
 
 
 def sweep(ops, layout, *, reps: int, out: Path) -> None:
@@ -156,7 +142,7 @@ def sweep(ops, layout, *, reps: int, out: Path) -> None:
                     exact[name] = all(torch.equal(a, b) for a, b in zip(ref, trial))
                     fns[name] = lambda config=config, slots=slots, key=key, value=value: with_launch(
                         ops, config, lambda: ops.qsa_store_int8_kv(key, value, *trial, slots))
-                t = graph_times(fns, reps=reps)
+                t = {name: by["graph"] for name, by in time_pair(fns, reps=reps, modes=("graph",)).items()}
                 best = min(names, key=lambda n: t[n])
                 row = {"size": label, "tokens": tokens, "kv_heads": heads, "slots": pattern, "us": {n: 1e3 * v for n, v in t.items()},
                        "exact": exact, "best": best, "pct_of_copy_best": 100 * t["copy"] / t[best],

@@ -149,13 +149,14 @@ class RequestOutput:
 def _choice_text(choice: dict[str, Any]) -> str:
     if "text" in choice:
         return choice.get("text") or ""
-    delta = choice.get("delta") or {}
-    return _reasoning(delta) + (delta.get("content") or "")
+    return message_full_text(choice.get("delta") or {})
 
 
-def _reasoning(message: dict[str, Any]) -> str:
-    """Reasoning text of a message or delta: `reasoning` since vLLM 0.33, `reasoning_content` before."""
-    return message.get("reasoning") or message.get("reasoning_content") or ""
+def message_full_text(message: dict[str, Any]) -> str:
+    """A chat message's or stream delta's generated text: reasoning (`reasoning` since vLLM 0.33,
+    `reasoning_content` before), then content."""
+    reasoning = message.get("reasoning") or message.get("reasoning_content") or ""
+    return reasoning + (message.get("content") or "")
 
 
 def output_from_events(start: float, timed_payloads: Iterable[tuple[float, str]]) -> RequestOutput:
@@ -247,8 +248,7 @@ def response_full_text(answer: dict[str, Any]) -> str:
     choices = answer.get("choices") or [{}]
     choice = choices[0]
     if "message" in choice:
-        message = choice["message"] or {}
-        return _reasoning(message) + (message.get("content") or "")
+        return message_full_text(choice["message"] or {})
     return choice.get("text") or ""
 
 

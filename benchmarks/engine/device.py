@@ -389,11 +389,12 @@ async def run_gates(servers: dict, ready: list[str], work: Path, model_dir: Path
             log(f"gates {label}: {out[label]['error'][:300]}")
             continue
         out[label] = {}
-        for gate in GATES:  # one at a time: a gate that raises costs only its own verdict (call 50)
+        digest, server_log = config_digest(s["cfg"]), s["log"].read_text(errors="replace")
+        for gate in GATES:  # one at a time: a gate that raises costs only its own verdict (call 55)
             try:
                 (ev,) = await run_gates_async(
-                    url=s["url"], target=TARGET, settings=s["gate_settings"], config_digest=config_digest(s["cfg"]),
-                    out_dir=work / f"gates-{label}", only=[gate], server_log=s["log"].read_text(errors="replace"),
+                    url=s["url"], target=TARGET, settings=s["gate_settings"], config_digest=digest,
+                    out_dir=work / f"gates-{label}", only=[gate], server_log=server_log,
                 )
                 out[label][gate] = {"verdict": ev.verdict, "summary": ev.summary, "observed": ev.observed}
             except Exception as exc:

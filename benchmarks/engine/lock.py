@@ -23,7 +23,7 @@ PLATFORMS = tuple(
 
 #: Distributions the device driver imports for its own checks, not found by the engine's import probe
 #: (the api_surface gate drives the server with the OpenAI client): the lock must close their
-#: requirements (call 50 lost that gate to openai's `jiter`).
+#: requirements (call 55 lost that gate to openai's `jiter`).
 DRIVER_DISTRIBUTIONS = ("openai",)
 #: What the H200 image already holds of those requirements (KINDS.md's package list).
 DEVICE_IMAGE_HAS = frozenset({"anyio", "httpx", "httpcore", "h11", "idna", "certifi", "tqdm"})

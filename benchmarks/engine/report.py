@@ -205,9 +205,10 @@ def pool_check(runs: list[Run]):
     return EnginePoolCheck(run=f"call {run.call} ({run.name})", label=LABEL, kv_bytes=kv_bytes.pop(), arms=arms)
 
 
-#: fidelity.compare's labels and the --kv-cache-dtype each served: the driver's arms, and bf16 again.
-FIDELITY_DTYPES = {**{label: dtype for label, dtype, _ in DEVICE_ARMS if label != "bf16"},
-                   "bf16-repeat": dict((label, dtype) for label, dtype, _ in DEVICE_ARMS)["bf16"]}
+#: fidelity.compare's labels and the --kv-cache-dtype each served: the driver's arms, bf16 as the
+#: reference, compared with itself as "bf16-repeat".
+_ARM_DTYPES = {label: dtype for label, dtype, _ in DEVICE_ARMS}
+FIDELITY_DTYPES = {**{k: v for k, v in _ARM_DTYPES.items() if k != "bf16"}, "bf16-repeat": _ARM_DTYPES["bf16"]}
 
 
 def fidelity_check(runs: list[Run]):

@@ -296,7 +296,7 @@ def _generated(message: BaseModel) -> tuple[str, str]:
     reasoning: with a reasoning parser (the release's qwen3) a short answer can be all reasoning,
     with content empty, and that is still an answer."""
     fields = message.model_dump()
-    text = bench.response_full_text({"choices": [{"message": fields}]})
+    text = bench.message_full_text(fields)
     return text, (" (reasoning)" if text and not fields.get("content") else "")
 
 

@@ -48,19 +48,17 @@ def int8_kv_cache(layout, num_blocks: int, page: int, num_kv_heads: int, *, devi
     page_bytes = -(-page_bytes // 128) * 128
     raw = torch.zeros(num_blocks * page_bytes, dtype=torch.int8, device=device)
     kv_cache = raw.as_strided((num_blocks, num_kv_heads, page, slot), (page_bytes, page * slot, slot, 1))
-    if paired_scales:
-        storage = torch.empty(0, dtype=torch.float32, device=device).set_(raw.untyped_storage())
-        k_scales, v_scales = (
-            torch.as_strided(storage, (num_blocks, page, num_kv_heads), (page_bytes // 4, 2 * num_kv_heads, 2), data // 4 + side)
-            for side in range(2)
-        )
-    elif row_bytes == HEAD_DIM:
+    if row_bytes == HEAD_DIM and not paired_scales:
         k_scales, v_scales = layout.carve_int8_scale_caches(kv_cache, head_dim=HEAD_DIM)
     else:
         storage = torch.empty(0, dtype=torch.float32, device=device).set_(raw.untyped_storage())
-        per_block = page * num_kv_heads
+        # paired: a (K, V) pair per (token, head); else the engine's K tail, then its V tail
+        if paired_scales:
+            strides, v_offset = (page_bytes // 4, 2 * num_kv_heads, 2), 1
+        else:
+            strides, v_offset = (page_bytes // 4, num_kv_heads, 1), page * num_kv_heads
         k_scales, v_scales = (
-            torch.as_strided(storage, (num_blocks, page, num_kv_heads), (page_bytes // 4, num_kv_heads, 1), data // 4 + side * per_block)
+            torch.as_strided(storage, (num_blocks, page, num_kv_heads), strides, data // 4 + side * v_offset)
             for side in range(2)
         )
     rows = kv_cache.transpose(1, 2)
