@@ -30,17 +30,16 @@ class Cache:
 
 
 def int8_kv_cache(layout, num_blocks: int, page: int, num_kv_heads: int, *, device="cuda", row_bytes: int = HEAD_DIM,
-                  paired_scales: bool = False):
+                  split_scales: bool = False):
     """An int8 cache laid out like the patched engine: pages of int8 rows, then
-    the K and V fp32 scale tails (carved by the engine's own function).
+    the (K, V) fp32 scale pairs (carved by the engine's own function).
 
     ``row_bytes`` > D spaces the K and V rows of each (head, token) slot like an
     inline-scale (260) or padded (384, 512) layout; only benchmarks use that, to
-    time the same kernel over other strides. Scales stay in the side tails.
-    ``paired_scales`` lays the same tail out as one (K, V) fp32 pair per (token,
-    head), so a gather reads both scales from one 32-byte sector: a candidate
-    layout the benchmarks time against the shipped one (the kernels take any
-    scale strides).
+    time the same kernel over other strides. Scales stay in the paired tail.
+    ``split_scales`` lays the same tail out as the layout before the pairing (all
+    K scales, then all V scales), which benchmarks time against the shipped one
+    (the kernels take any scale strides).
     """
     slot = 2 * row_bytes
     data = num_kv_heads * page * slot
@@ -48,15 +47,14 @@ def int8_kv_cache(layout, num_blocks: int, page: int, num_kv_heads: int, *, devi
     page_bytes = -(-page_bytes // 128) * 128
     raw = torch.zeros(num_blocks * page_bytes, dtype=torch.int8, device=device)
     kv_cache = raw.as_strided((num_blocks, num_kv_heads, page, slot), (page_bytes, page * slot, slot, 1))
-    if row_bytes == HEAD_DIM and not paired_scales:
+    if row_bytes == HEAD_DIM and not split_scales:
         k_scales, v_scales = layout.carve_int8_scale_caches(kv_cache, head_dim=HEAD_DIM)
     else:
         storage = torch.empty(0, dtype=torch.float32, device=device).set_(raw.untyped_storage())
-        # paired: a (K, V) pair per (token, head); else the engine's K tail, then its V tail
-        if paired_scales:
-            strides, v_offset = (page_bytes // 4, 2 * num_kv_heads, 2), 1
-        else:
+        if split_scales:
             strides, v_offset = (page_bytes // 4, num_kv_heads, 1), page * num_kv_heads
+        else:
+            strides, v_offset = layout.int8_scale_strides(page_bytes, num_kv_heads), 1
         k_scales, v_scales = (
             torch.as_strided(storage, (num_blocks, page, num_kv_heads), strides, data // 4 + side * v_offset)
             for side in range(2)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -90,22 +92,29 @@ def test_store_launch_is_within_5_percent_of_the_best_the_h200_sweep_measured(op
     assert worst(lambda tokens, heads: (4, 4)) > 1.2
 
 
-def test_paired_scale_layout_sits_in_the_page_tail_and_passes_the_host_checks(ops, bundle_helpers):
-    """The candidate layout benchmarks/int8_variants/paired_scales.py times: each (token, head)'s
-    K and V scale side by side (one 8-byte pair, one sector per gather), in the same tail bytes."""
+def test_both_scale_layouts_sit_in_the_page_tail_and_pass_the_host_checks(ops, bundle_helpers):
+    """The shipped paired tail and the split one benchmarks/int8_variants/paired_scales.py times it
+    against (all K scales, then all V) cover the same tail bytes; the wrapper takes either."""
     from qsa_cases import int8_kv_cache
     from qsa_loader import load_ops_module
 
     layout = load_ops_module("qsa_kv_layout")
     blocks, page, heads = 8, 16, 2
-    kv_cache, key, value, ks, vs = int8_kv_cache(layout, blocks, page, heads, device="cpu", paired_scales=True)
-    shipped = int8_kv_cache(layout, blocks, page, heads, device="cpu")
-    assert ks.shape == vs.shape == shipped[3].shape and ks.stride() == vs.stride()
     data_end = heads * page * 2 * 256  # bytes of K/V rows at each page's start
-    for b, t, h in ((0, 0, 0), (3, 7, 1), (7, 15, 1)):
-        k_at, v_at = (4 * (s.storage_offset() + b * s.stride(0) + t * s.stride(1) + h * s.stride(2)) for s in (ks, vs))
-        assert v_at == k_at + 4 and k_at % 8 == 0  # one aligned pair
-        assert data_end <= k_at - b * kv_cache.stride(0) < data_end + layout.int8_scale_bytes_per_block(page, heads)
+    tail = layout.int8_scale_bytes_per_block(page, heads)
+    for split in (False, True):
+        kv_cache, key, value, ks, vs = int8_kv_cache(layout, blocks, page, heads, device="cpu", split_scales=split)
+        assert ks.shape == vs.shape == (blocks, page, heads) and ks.stride() == vs.stride()
+        offsets = set()
+        for b, t, h in itertools.product(range(blocks), range(page), range(heads)):
+            k_at, v_at = (4 * (s.storage_offset() + b * s.stride(0) + t * s.stride(1) + h * s.stride(2)) for s in (ks, vs))
+            assert (v_at == k_at + 4) != split  # paired: one aligned 8-byte pair
+            offsets |= {k_at - b * kv_cache.stride(0), v_at - b * kv_cache.stride(0)}
+        assert offsets == set(range(data_end, data_end + tail, 4))
+        _check_host_accepts(ops, key, value, ks, vs, blocks)
+
+
+def _check_host_accepts(ops, key, value, ks, vs, blocks):
     q = torch.zeros(4, 24, 256, dtype=torch.bfloat16)
     try:
         ops.qsa_sparse_paged_attention(
@@ -113,6 +122,6 @@ def test_paired_scale_layout_sits_in_the_page_tail_and_passes_the_host_checks(op
             torch.zeros(4, dtype=torch.int32), True, output_gate=torch.zeros_like(q), k_scale_cache=ks, v_scale_cache=vs,
         )  # fmt: skip
     except ValueError as exc:  # the wrapper's own refusals; the kernel launch itself needs a GPU
-        pytest.fail(f"the host checks refused the paired layout: {exc}")
+        pytest.fail(f"the host checks refused the scale layout: {exc}")
     except RuntimeError:
         pass

@@ -136,19 +136,24 @@ def test_lint_refuses_or_warns_on_tensor_views(layout):
         layout.check_kv_row_alignment(key, name="K", mode="ignore")
 
 
-def test_carved_scales_are_the_page_tail(layout):
+def test_carved_scales_are_paired_in_the_page_tail(layout):
+    """Each (token, head)'s K and V scale sit side by side in the tail, one aligned 8-byte pair
+    (a gather reads both from one sector); a K tail then a V tail fails the index checks."""
     blocks, heads, page = 3, 2, 16
     raw, cache = _int8_cache(layout, blocks, heads, page)
     k_scales, v_scales = layout.carve_int8_scale_caches(cache, head_dim=256)
     assert k_scales.shape == v_scales.shape == (blocks, page, heads)
-    assert k_scales.dtype == torch.float32
+    assert k_scales.dtype == torch.float32 and k_scales.stride() == v_scales.stride()
     k_scales[1, 5, 1] = 2.0
-    v_scales[2, 0, 0] = 3.0
+    v_scales[1, 5, 1] = 3.0
+    v_scales[2, 0, 0] = 4.0
     floats = torch.empty(0, dtype=torch.float32).set_(raw.untyped_storage())
     page_floats = cache.stride(0) // 4
     data_floats = heads * page * 512 // 4
-    assert floats[1 * page_floats + data_floats + 5 * heads + 1] == 2.0
-    assert floats[2 * page_floats + data_floats + page * heads] == 3.0
+    pair = 1 * page_floats + data_floats + 2 * (5 * heads + 1)
+    assert floats[pair] == 2.0 and floats[pair + 1] == 3.0 and pair % 2 == 0
+    assert floats[2 * page_floats + data_floats + 1] == 4.0
+    assert floats.count_nonzero() == 3
     assert cache.abs().sum() == 0  # no scale landed in K/V data
     _, no_tail = _int8_cache(layout, blocks, heads, page, tail=False)
     with pytest.raises(ValueError, match="no room"):
