@@ -45,8 +45,8 @@ def profiled_limiter(rows: dict[str, dict]) -> str:
     if i["duration_us"] < 30:
         why = "latency (profiled): too little work to fill the GPU"
     elif i["dram_pct"] >= 70 or i["l2_pct"] >= 85:
-        why = ("memory (profiled): int8 already drives DRAM/L2 near their limits, and it reads 12% more sectors "
-               "than fp8 (its K and V scales)")
+        why = ("memory (profiled): int8 already drives DRAM/L2 near their limits, and it reads 6% more sectors "
+               "than fp8 (its paired K and V scales)")
     elif i["dram_pct"] < 40:
         why = "latency at low occupancy (profiled): memory is not the bound"
     else:
@@ -67,7 +67,7 @@ def limiter(point: dict, copy_tbps: float) -> str:
     elif point["prefill"]:
         why = PREFILL_LATENCY
     elif pct["fp8"] >= 55:
-        why = "bytes: fp8 already gathers near the memory rate; int8 gathers the same 512 B of K/V per token-head plus K and V scales from two more 32 B sectors (+12%), so it can at best tie"
+        why = "bytes: fp8 already gathers near the memory rate; int8 gathers the same 512 B of K/V per token-head plus its paired K and V scales from one more 32 B sector (+6%), so it can at best tie"
     else:
         why = "issue-bound in both (neither near bandwidth); int8's cheaper decode gains under 15%"
     return f"{why} [{numbers}]"
