@@ -26,6 +26,7 @@ import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -485,16 +486,21 @@ async def run_fidelity(servers: dict, ready: list[str], model_dir: Path, work: P
 
 
 async def run_bench(servers: dict, ready: list[str], work: Path, clock: Clock, reserve_s: float,
-                    cells_wanted: frozenset[tuple[int, int]] | None = None) -> dict:
+                    cells_wanted: frozenset[tuple[int, int]] | None = None,
+                    on_result: Callable[[dict], None] | None = None) -> dict:
     """Cells of (prompt length, concurrency), all or cells_wanted; within a cell the arms run one after
-    another in a rotating order, so no arm always goes first. Skips what the budget no longer covers."""
+    another in a rotating order, so no arm always goes first. An arm the budget no longer covers, at the
+    last arm's seconds per prompt token, is skipped: call 70 started bf16's 128K x c16 with 26 s left and
+    the call was killed with the cell's results unsent. on_result gets the results so far after every arm
+    (the driver packs them)."""
     import httpx
 
     from builder.measure.core import bench
 
     cells, skipped = [], []
+    result = {"cells": cells, "skipped": skipped}
     n = 0
-    s_per_token = 0.0  # seconds per prompt token of the last cell: a cell that cannot finish in time is skipped
+    s_per_token = 0.0
     async with httpx.AsyncClient(trust_env=False) as client:
         # Untimed: the first request of a server compiles its prefill kernels (call 25's first cell
         # measured 1,347 ms TTFT for the arm that went first, ~110 ms for the others).
@@ -508,15 +514,15 @@ async def run_bench(servers: dict, ready: list[str], work: Path, clock: Clock, r
             for conc in BENCH_CONCURRENCY:
                 if cells_wanted is not None and (length, conc) not in cells_wanted:
                     continue
-                tokens = length * max(conc, 2) * len(ready)
-                if clock.left() < reserve_s + s_per_token * tokens:
-                    skipped.append({"input_len": length, "concurrency": conc, "reason": "device budget",
-                                    "estimated_s": round(s_per_token * tokens, 1)})
-                    continue
                 order = ready[n % len(ready):] + ready[:n % len(ready)]
                 n += 1
-                started = time.monotonic()
+                tokens = length * max(conc, 2)
                 for label in order:
+                    if clock.left() < reserve_s + s_per_token * tokens:
+                        skipped.append({"arm": label, "input_len": length, "concurrency": conc,
+                                        "reason": "device budget", "estimated_s": round(s_per_token * tokens, 1)})
+                        continue
+                    started = time.monotonic()
                     s = servers[label]
                     wl = bench.Workload(f"in{length}-c{conc}", "concurrency", length, BENCH_OUTPUT_TOKENS,
                                         max(conc, 2), conc)
@@ -534,8 +540,10 @@ async def run_bench(servers: dict, ready: list[str], work: Path, clock: Clock, r
                     log(f"bench {label} {wl.name}: ttft {res.get('mean_ttft_ms', 0):.0f} ms, decode "
                         f"{res.get('mean_decode_tok_s', 0):.1f} tok/s, mtp {res.get('mtp_acceptance')}, "
                         f"ok {res.get('completed')}/{wl.num_prompts} {res.get('error', '')}")
-                s_per_token = (time.monotonic() - started) / tokens  # the largest cell yet: closest to prefill-bound
-    return {"cells": cells, "skipped": skipped}
+                    s_per_token = (time.monotonic() - started) / tokens  # the largest arm yet: closest to prefill-bound
+                    if on_result is not None:
+                        on_result(result)
+    return result
 
 
 def parse_bench_cells(text: str) -> frozenset[tuple[int, int]] | None:
@@ -635,7 +643,12 @@ def measure(*, carried: Path, state: Path, out: Path, budget_s: float, phases: t
             summary["phases"]["fidelity_s"] = clock.elapsed()
             pack(out, work, summary)
         if "bench" in phases:
-            summary["bench"] = asyncio.run(run_bench(servers, ready, work, clock, reserve_s=25, cells_wanted=bench_cells))
+            def pack_bench(so_far: dict) -> None:  # what the bench measured survives a call killed mid-cell
+                summary["bench"] = so_far
+                pack(out, work, summary)
+
+            summary["bench"] = asyncio.run(run_bench(servers, ready, work, clock, reserve_s=25, cells_wanted=bench_cells,
+                                                     on_result=pack_bench))
             summary["phases"]["bench_s"] = clock.elapsed()
         return 0
     except Exception as exc:

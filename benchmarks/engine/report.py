@@ -83,7 +83,8 @@ def _bench_table(run: Run) -> list[str]:
     bench = run.summary.get("bench", {})
     if bench.get("skipped"):
         lines += ["", "Skipped for the device budget: " + ", ".join(
-            f"{s['input_len'] // 1024}K x c{s['concurrency']}" for s in bench["skipped"]) + "."]
+            f"{s['input_len'] // 1024}K x c{s['concurrency']}" + (f" ({s['arm']})" if "arm" in s else "")
+            for s in bench["skipped"]) + "."]
     failed = [c for c in bench.get("cells", []) if c.get("error")]
     if failed:
         lines += ["", f"{len(failed)} cells failed: " + "; ".join(f"{c['arm']} {c['workload']}" for c in failed[:6])]

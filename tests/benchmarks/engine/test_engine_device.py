@@ -403,3 +403,50 @@ def test_bench_cells_pick_grid_cells_and_name_a_wrong_one(tmp_path, capsys):
     with pytest.raises(SystemExit):
         device.main(["measure", "--carried", str(tmp_path), "--out", str(tmp_path / "out"), "--bench-cells", "1x1"])
     assert "--bench-cells: '1x1' is not a grid cell" in capsys.readouterr().err
+
+
+def test_an_arm_the_budget_no_longer_covers_is_skipped_and_each_arm_is_reported_as_it_ends(tmp_path, free_port):
+    """Call 70: bf16's 128K x c16 started with 26 s of budget left, ran ~150 s, and the call was
+    killed with the cell's results unsent. Here int8's server holds each connection 1.5 s and then
+    drops it; fp8 and bf16 listen nowhere. After int8's 1.5 s arm, 0.5 s of budget cannot cover
+    the next arm of the same size: fp8 and bf16 are skipped, and int8's result was handed over
+    the moment it ended."""
+    import asyncio
+    import socket
+    import threading
+
+    hold_s = 1.5
+    listener = socket.create_server(("127.0.0.1", 0))
+    held: list[socket.socket] = []
+
+    def serve() -> None:
+        while True:
+            try:
+                conn, _ = listener.accept()
+            except OSError:
+                return
+            held.append(conn)
+            threading.Timer(hold_s, conn.close).start()
+
+    threading.Thread(target=serve, daemon=True).start()
+    try:
+        base = load_target(device.TARGET)
+        servers = {}
+        for label, dtype, port in (("int8", "int8_per_token_head", listener.getsockname()[1]),
+                                   ("fp8", "fp8", free_port), ("bf16", "auto", free_port)):
+            servers[label] = {"cfg": device.arm_config(base, kv_dtype=dtype, port=port), "url": f"http://127.0.0.1:{port}"}
+        work = tmp_path / "work"
+        work.mkdir()
+        handed: list[dict] = []
+        # int8's warm-up and arm cost 1.5 s each: its arm starts with ~2 s left, fp8's with ~0.5 s.
+        clock = device.Clock(2 * hold_s + 0.5)
+        out = asyncio.run(device.run_bench(servers, ["int8", "fp8", "bf16"], work, clock, reserve_s=0,
+                                           cells_wanted=frozenset({(8192, 1)}),
+                                           on_result=lambda so_far: handed.append(json.loads(json.dumps(so_far)))))
+    finally:
+        listener.close()
+    assert [c["arm"] for c in out["cells"]] == ["int8"] and out["cells"][0]["error"]
+    assert [(s["arm"], s["reason"]) for s in out["skipped"]] == [("fp8", "device budget"), ("bf16", "device budget")]
+    assert all(s["estimated_s"] >= hold_s - 0.2 for s in out["skipped"])
+    assert len(handed) == 1 and [c["arm"] for c in handed[0]["cells"]] == ["int8"]
+    assert (work / "bench-int8-in8192-c1.json").is_file()
