@@ -12,7 +12,7 @@
 #   and on the fixed kernel (2026-11-30; PATCHED/UPSTREAM need only vllm/models/qwen4_exp/nvidia/ops): memcheck ncu
 #   2026-12-01: store-sweep ncu-grid, then (store launch re-chosen) store-bench and tests -k quantize_on_write
 #   2026-12-01 (session 24): paired-scales (candidate), then with the paired tail shipped: tests grid paired-scales memcheck,
-#     store-bench ncu-grid (store-bench's two files kept as qsa-int8-store-paired-h200.*)
+#     store-bench ncu-grid (store-bench's two files kept as qsa-int8-store-paired-h200.*), occupancy
 #   Earlier evidence (kernel before issue 13; files named in evidence/kernels/README.md):
 #   benchmarks/kernel_evidence.sh PATCHED UPSTREAM OUT memcheck mutation sweep layouts trims store ncu
 #
@@ -87,6 +87,10 @@ for step in "$@"; do
     store-sweep)
       # Every (tokens per program, warps) at every write size: where _store_int8_launch comes from.
       python benchmarks/qsa_store_bench.py --engine "$E" --out "$OUT" --sweep --reps 10 > "$OUT/qsa-int8-store-sweep-h200.txt" 2>&1 ;;
+    occupancy)
+      # Launch options for more warps per SM (one pipeline stage, register caps) against the shipped launch.
+      python benchmarks/int8_variants/occupancy.py --engine "$E" --upstream "$U" --out "$OUT" --reps 10 \
+        > "$OUT/qsa-int8-occupancy-h200.txt" 2>&1 ;;
     paired-scales)
       # The shipped paired scale tail against the split tail it replaced (outputs must match bit for bit).
       python benchmarks/int8_variants/paired_scales.py --engine "$E" --upstream "$U" --out "$OUT" \
