@@ -1,5 +1,5 @@
 """bench.md / bench.png / kv-pools.json from real measure summaries (the H200 calls 25, 33, 39, 49,
-55, 56 and 62) and from runs that measured less."""
+55, 56, 62 and 69) and from runs that measured less."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from builder.constants import REPO_ROOT
 
 RUNS = REPO_ROOT / "evidence/engine-h200/runs"
 CALL25, CALL33, CALL39, CALL49 = (RUNS / f"call{n}-summary.json" for n in (25, 33, 39, 49))
-CALL55, CALL56, CALL62 = (RUNS / f"call{n}-summary.json" for n in (55, 56, 62))
+CALL55, CALL56, CALL62, CALL69 = (RUNS / f"call{n}-summary.json" for n in (55, 56, 62, 69))
 
 
 def test_one_run_gives_its_pools_gates_fidelity_and_bench(tmp_path):
@@ -60,7 +60,7 @@ def test_the_sessions_runs_each_give_what_they_measured(tmp_path):
         "int8": ("int8_per_token_head", 100), "fp8": ("fp8", 100), "bf16-repeat": ("auto", 100)}
 
 
-def test_the_committed_report_is_the_fifth_sessions_runs(tmp_path):
+def test_the_fifth_sessions_runs_give_gates_from_62_and_fidelity_from_56(tmp_path):
     """Calls 55 (eager), 56 (graphs: fidelity, bench) and 62 (graphs: gates one at a time, one
     picked cell): gates and pools from 62, fidelity from 56, every bench."""
     md = report_of(tmp_path, ((55, CALL55), (56, CALL56), (62, CALL62)))
@@ -69,6 +69,16 @@ def test_the_committed_report_is_the_fifth_sessions_runs(tmp_path):
     assert "| int8 | 100 | 0 | 4.52e-06 |" in md and "| fp8 | 100 | 0 | 9.2e-06 |" in md
     assert "| int8 | 4,529,669 | 4,510,435 | 1.0043 |" in md
     assert "| 128K | 4 | 2793 / 3068 / 3286 |" in md
+
+
+def test_the_committed_report_adds_the_sixth_sessions_paired_scale_run(tmp_path):
+    """Call 69 (graphs, the paired scale tail: gates and fidelity) after 55, 56 and 62: gates, pools
+    and fidelity from 69, the benches of 55, 56 and 62."""
+    md = report_of(tmp_path, ((55, CALL55), (56, CALL56), (62, CALL62), (69, CALL69)))
+    assert "## Gates (call 69)" in md and "## Fidelity against bf16 KV (call 69, CUDA graphs)" in md
+    assert "| api_surface | fail: 17/18 checks, failed: json_mode |" in md
+    assert "| int8 | 100 | 0 | 4.57e-06 |" in md and "| fp8 | 100 | 0 | 9.75e-06 |" in md
+    assert "| int8 | 4,529,669 | 4,510,435 | 1.0043 |" in md  # the pairing moves no byte of the pool
     assert md == (REPO_ROOT / "evidence/engine-h200/bench.md").read_text()
     for name in ("kv-pools.json", "fidelity.json"):
         assert (tmp_path / name).read_text() == (REPO_ROOT / "evidence/engine-h200" / name).read_text()
