@@ -27,6 +27,16 @@ PLATFORMS = tuple(
 DRIVER_DISTRIBUTIONS = ("openai",)
 #: What the H200 image already holds of those requirements (KINDS.md's package list).
 DEVICE_IMAGE_HAS = frozenset({"anyio", "httpx", "httpcore", "h11", "idna", "certifi", "tqdm"})
+#: Packages a structured-output request needs before a backend is chosen, by import name: vLLM 0.33's
+#: SamplingParams._validate_structured_outputs imports every backend module, and those without
+#: `from __future__ import annotations` evaluate their lazily loaded package in an annotation at import
+#: (backend_lm_format_enforcer: call 69's json_mode got an empty HTTP 500 from that ModuleNotFoundError,
+#: wrapped in EngineGenerateError). Import name -> distribution, with what that distribution requires.
+REQUEST_TIME_PACKAGES = {
+    "lmformatenforcer": ("lm-format-enforcer", ("interegular",)),
+    "llguidance": ("llguidance", ()),
+    "xgrammar": ("xgrammar", ()),
+}
 
 
 def read_lock(path: Path = LOCK_FILE) -> list[LockEntry]:

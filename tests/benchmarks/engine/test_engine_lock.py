@@ -9,7 +9,9 @@ import pytest
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
-from benchmarks.engine.lock import DEVICE_IMAGE_HAS, DRIVER_DISTRIBUTIONS, LOCK_FILE, check_wheels, read_lock
+from benchmarks.engine.lock import (
+    DEVICE_IMAGE_HAS, DRIVER_DISTRIBUTIONS, LOCK_FILE, REQUEST_TIME_PACKAGES, check_wheels, read_lock,
+)
 from builder.errors import EngineHarnessError
 
 
@@ -46,6 +48,47 @@ def test_a_lock_without_a_driver_requirement_is_caught():
     """Control: the lock as it was at call 50, without openai's jiter."""
     locked = [w for w in read_lock(LOCK_FILE) if canonicalize_name(w.name) != "jiter"]
     assert unmet_requirements(locked, "openai") == {"jiter"}
+
+
+def import_time_packages(engine_src) -> set[str]:
+    """Packages the structured-output backends evaluate when SamplingParams._validate_structured_outputs
+    imports them: the LazyLoader packages of each backend module that has no postponed annotations."""
+    import re
+
+    source = (engine_src / "vllm/sampling_params.py").read_text()
+    body = source[source.index("def _validate_structured_outputs"):]
+    body = body[: body.index("\n    def ", 1)]
+    modules = re.findall(r"from vllm\.v1\.structured_output\.(backend_\w+) import", body)
+    assert "backend_lm_format_enforcer" in modules, modules  # call 69's cause, still on the request path
+    packages = set()
+    for module in modules:
+        text = (engine_src / f"vllm/v1/structured_output/{module}.py").read_text()
+        if "from __future__ import annotations" not in text:
+            packages |= {m.split(".")[0] for m in re.findall(r'LazyLoader\(\s*"\w+",\s*globals\(\),\s*"([\w.]+)"', text)}
+    return packages
+
+
+def missing_request_time_wheels(locked, engine_src) -> set[str]:
+    have = {canonicalize_name(w.name) for w in locked} | {canonicalize_name(n) for n in DEVICE_IMAGE_HAS}
+    missing = set()
+    for package in import_time_packages(engine_src):
+        assert package in REQUEST_TIME_PACKAGES, f"{package}: add it to lock.REQUEST_TIME_PACKAGES"
+        distribution, requires = REQUEST_TIME_PACKAGES[package]
+        missing |= {canonicalize_name(d) for d in (distribution, *requires)} - have
+    return missing
+
+
+def test_the_lock_holds_what_a_structured_output_request_imports(engine_src):
+    """Call 69: json_mode got HTTP 500 with an empty message on every arm; vLLM had wrapped the
+    ModuleNotFoundError for lmformatenforcer, which every structured-output request imports."""
+    assert import_time_packages(engine_src) >= {"lmformatenforcer", "xgrammar"}
+    assert missing_request_time_wheels(read_lock(LOCK_FILE), engine_src) == set()
+
+
+def test_a_lock_without_lm_format_enforcer_is_caught(engine_src):
+    """Control: the lock of calls 55-69."""
+    locked = [w for w in read_lock(LOCK_FILE) if canonicalize_name(w.name) not in {"lm-format-enforcer", "interegular"}]
+    assert missing_request_time_wheels(locked, engine_src) == {"lm-format-enforcer", "interegular"}
 
 
 def test_a_malformed_line_is_named(tmp_path):
