@@ -1,12 +1,14 @@
 """Write the measured-best int8 sm_90 tile entries into a patched ops/qsa.py.
 
-Reads a sweep (`qsa_grid.py --sweep`, or the older `qsa_kv_layouts.py --sweep`)
-and, for every bucket of `_SM90_INT8_TABLE` that a swept case falls in, picks
-the (block_n, target_splits, num_warps) with the least summed slowdown over
-that bucket's cases (each against its own fastest candidate). Cases are first
-grouped by base_programs (the table's only key): where two neighbouring groups
-of one bucket have different bests, the bucket is split at the roundest number
-between them, so each measured base_programs gets its own best. Only
+Reads a sweep (`qsa_grid.py --sweep`) and, for every base_programs bucket of
+`_SM90_INT8_TABLE` that a swept case falls in, picks the (block_n,
+target_splits, num_warps) with the least summed slowdown over that bucket's
+cases (each against its own fastest candidate). Cases are first grouped by
+base_programs: where two neighbouring groups of one bucket have different
+bests, the bucket is split at the roundest number between them. Then, within a
+bucket, a selection width whose own best beats the bucket's shared best by at
+least MIN_WIDTH_GAIN per case gets its own entry (split at the roundest width
+between neighbouring widths; a bucket always ends in a None width). Only
 num_stages 2 is shippable (the launch fixes it); the best of any stage count is
 reported beside it. Buckets no swept case falls in are left as they are.
 
@@ -22,30 +24,45 @@ import re
 from pathlib import Path
 
 SHIPPED_STAGES = 2
+#: A width keeps its own entry only if it gains this much per case (mean slowdown): below it, a
+#: split would chase the sweep's noise.
+MIN_WIDTH_GAIN = 0.01
 TABLE_RE = re.compile(r"^_SM90_INT8_TABLE = \(\n.*?^\)\n", re.S | re.M)
 
+Config = tuple[int, int, int]
+#: base_programs limit -> [(width limit, config)], both in table order; None is open-ended.
+Table = dict
 
-def read_table(source: str) -> list[tuple[int | None, tuple[int, int, int]]]:
+
+def read_table(source: str) -> Table:
     match = TABLE_RE.search(source)
     if match is None:
         raise SystemExit("no _SM90_INT8_TABLE literal in the given qsa.py")
-    return list(ast.literal_eval(match.group(0).split("=", 1)[1].strip()))
+    table: Table = {}
+    for bp_limit, width_limit, config in ast.literal_eval(match.group(0).split("=", 1)[1].strip()):
+        table.setdefault(bp_limit, []).append((width_limit, tuple(config)))
+    return table
 
 
-def bucket_of(table, base_programs: int) -> int:
-    return next(i for i, (limit, _) in enumerate(table) if limit is None or base_programs <= limit)
+def bucket_of(table: Table, base_programs: int) -> int | None:
+    """The base_programs limit whose bucket holds ``base_programs``."""
+    return next(limit for limit in table if limit is None or base_programs <= limit)
 
 
-def shippable(case: dict) -> dict[tuple[int, int, int], float]:
+def shippable(case: dict) -> dict[Config, float]:
     """(block_n, target_splits, num_warps) -> ms, at the launch's num_stages."""
     return {(r["block_n"], r["target_splits"], r["num_warps"]): r["ms"] for r in case["candidates"] if r["num_stages"] == SHIPPED_STAGES}
 
 
-def best_of(cases: list[dict]) -> tuple[int, int, int]:
+def slowdown(cases: list[dict], config: Config) -> float:
+    """Summed time over each case's fastest shippable candidate."""
+    return sum((c := shippable(case))[config] / min(c.values()) for case in cases)
+
+
+def best_of(cases: list[dict]) -> Config:
     """The shippable candidate with the least summed slowdown over ``cases``."""
-    per_case = [shippable(c) for c in cases]
-    common = set.intersection(*(set(c) for c in per_case))
-    return min(common, key=lambda cfg: (sum(c[cfg] / min(c.values()) for c in per_case), cfg))
+    common = set.intersection(*(set(shippable(c)) for c in cases))
+    return min(common, key=lambda cfg: (slowdown(cases, cfg), cfg))
 
 
 def round_limit(lo: int, hi: int) -> int:
@@ -56,9 +73,9 @@ def round_limit(lo: int, hi: int) -> int:
     return (hi - 1) // step * step
 
 
-def split_buckets(sweep: dict, table) -> list:
-    """Table with a new bucket limit between swept base_programs whose bests differ."""
-    table = list(table)
+def split_buckets(sweep: dict, table: Table) -> Table:
+    """Table with a new base_programs limit between swept base_programs whose bests differ."""
+    table = dict(table)
     groups: dict[int, list[dict]] = {}
     for case in sweep["cases"].values():
         groups.setdefault(case["base_programs"], []).append(case)
@@ -66,40 +83,74 @@ def split_buckets(sweep: dict, table) -> list:
     for lo, hi in zip(ordered, ordered[1:], strict=False):
         if bucket_of(table, lo) != bucket_of(table, hi) or best_of(groups[lo]) == best_of(groups[hi]):
             continue
-        index = bucket_of(table, hi)
-        table.insert(index, (round_limit(lo, hi), table[index][1]))
+        limit, owner = round_limit(lo, hi), bucket_of(table, hi)
+        items = list(table.items())
+        at = next(i for i, (key, _) in enumerate(items) if key == owner)
+        items.insert(at, (limit, list(table[owner])))
+        table = dict(items)
     return table
 
 
-def pick(sweep: dict, table) -> tuple[list, dict]:
-    """New table and, per bucket, the choice with its per-case numbers."""
+def width_entries(cases: list[dict]) -> list[tuple[int | None, Config]]:
+    """One bucket's [(width limit, config)]: the shared best, and a width's own where it gains."""
+    shared = best_of(cases)
+    by_width: dict[int, list[dict]] = {}
+    for case in cases:
+        by_width.setdefault(case["shape"]["width"], []).append(case)
+    choice = {}
+    for width, group in by_width.items():
+        own = best_of(group)
+        gain = (slowdown(group, shared) - slowdown(group, own)) / len(group)
+        choice[width] = own if gain >= MIN_WIDTH_GAIN else shared
+    widths = sorted(choice)
+    entries: list[tuple[int | None, Config]] = []
+    for lo, hi in zip(widths, widths[1:], strict=False):
+        if choice[lo] != choice[hi]:
+            entries.append((round_limit(lo, hi), choice[lo]))
+    entries.append((None, choice[widths[-1]]))
+    return entries
+
+
+def width_of(entries: list[tuple[int | None, Config]], width: int) -> int | None:
+    return next(limit for limit, _ in entries if limit is None or width <= limit)
+
+
+def pick(sweep: dict, table: Table) -> tuple[Table, dict]:
+    """New table and, per (base_programs, width) entry, the choice with its per-case numbers."""
     table = split_buckets(sweep, table)
-    by_bucket: dict[int, list[str]] = {}
+    by_bucket: dict[int | None, list[str]] = {}
     for name, case in sweep["cases"].items():
         by_bucket.setdefault(bucket_of(table, case["base_programs"]), []).append(name)
-    new, report = list(table), {}
-    for index, names in sorted(by_bucket.items()):
-        per_case = {name: shippable(sweep["cases"][name]) for name in names}
-        choice = best_of([sweep["cases"][name] for name in names])
-        limit, old = table[index]
-        new[index] = (limit, choice)
-        report[str(limit)] = {
-            "before": list(old),
-            "after": list(choice),
-            "cases": {
-                name: {
-                    "ms_before": per_case[name].get(tuple(old)),
-                    "ms_after": per_case[name][choice],
-                    "best_any_stages": sweep["cases"][name]["candidates"][0],
+    new, report = dict(table), {}
+    for bp_limit, names in by_bucket.items():
+        old = table[bp_limit]
+        entries = width_entries([sweep["cases"][name] for name in names])
+        new[bp_limit] = entries
+        for width_limit, choice in entries:
+            mine = [n for n in names if width_of(entries, sweep["cases"][n]["shape"]["width"]) == width_limit]
+            report[f"bp<={bp_limit} w<={width_limit}"] = {
+                "base_programs_limit": bp_limit,
+                "width_limit": width_limit,
+                "after": list(choice),
+                "cases": {},
+            }
+            for name in mine:
+                case = sweep["cases"][name]
+                before = old[[limit for limit, _ in old].index(width_of(old, case["shape"]["width"]))][1]
+                report[f"bp<={bp_limit} w<={width_limit}"]["cases"][name] = {
+                    "before": list(before),
+                    "ms_before": shippable(case).get(before),
+                    "ms_after": shippable(case)[choice],
+                    "best_any_stages": case["candidates"][0],
                 }
-                for name in names
-            },
-        }
+    order = {limit: i for i, limit in enumerate(new)}
+    report = dict(sorted(report.items(), key=lambda kv: (order[kv[1]["base_programs_limit"]], kv[1]["width_limit"] is None, kv[1]["width_limit"] or 0)))
     return new, report
 
 
-def render(table) -> str:
-    return "_SM90_INT8_TABLE = (\n" + "".join(f"    ({limit}, {tuple(cfg)}),\n" for limit, cfg in table) + ")\n"
+def render(table: Table) -> str:
+    rows = "".join(f"    ({bp}, {width}, {tuple(cfg)}),\n" for bp, entries in table.items() for width, cfg in entries)
+    return "_SM90_INT8_TABLE = (\n" + rows + ")\n"
 
 
 def main() -> None:
@@ -110,22 +161,21 @@ def main() -> None:
     args = parser.parse_args()
 
     source = args.qsa.read_text()
-    table = read_table(source)
-    new, report = pick(json.loads(args.sweep.read_text()), table)
+    new, report = pick(json.loads(args.sweep.read_text()), read_table(source))
     tmp = args.qsa.with_suffix(".py.tmp")
     tmp.write_text(TABLE_RE.sub(lambda _: render(new), source, count=1))
     tmp.replace(args.qsa)
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "qsa-int8-table.json").write_text(json.dumps(report, indent=2) + "\n")
-    print("bucket (bp <=)  before (block_n, splits, warps) -> after   per case: ms before -> after (best any stages)")
-    for limit, entry in report.items():
-        print(f"{limit:>14}  {tuple(entry['before'])} -> {tuple(entry['after'])}")
+    print("entry (bp <=, width <=) -> (block_n, splits, warps)   per case: before: ms -> after ms (best any stages)")
+    for key, entry in report.items():
+        print(f"{key:>20} -> {tuple(entry['after'])}")
         for name, c in entry["cases"].items():
             b = c["best_any_stages"]
-            before = f"{c['ms_before']:.3f}" if c["ms_before"] is not None else "n/a"
+            before = f"{c['ms_before']:.4f}" if c["ms_before"] is not None else "n/a"
             print(
-                f"{'':>16}{name}: {before} -> {c['ms_after']:.3f} ms"
-                f" (best {b['block_n']}/{b['num_warps']}/{b['target_splits']}/{b['num_stages']} {b['ms']:.3f})"
+                f"{'':>22}{name}: {tuple(c['before'])} {before} -> {c['ms_after']:.4f} ms"
+                f" (best {b['block_n']}/{b['num_warps']}/{b['target_splits']}/{b['num_stages']} {b['ms']:.4f})"
             )
 
 

@@ -150,11 +150,13 @@ WINDOWS = (128, 512, 1024, 2051, 4099, 8192)
 
 
 def int8_table_entries(ops) -> dict[tuple[int, int, int], list[str]]:
-    """(block_n, num_warps, target_splits) -> the arch tables whose int8 dispatch picks it.
+    """(block_n, num_warps, splits) -> the arch tables whose int8 dispatch picks it.
 
     Every row count up to 8192, both kv-head counts and both configs, on each
-    table. The selection width is made huge so num_splits == target_splits.
+    table, at a huge selection width (so num_splits == target_splits) and at
+    each width limit of the sm_90 table (the most splits that entry launches).
     """
+    widths = {1 << 24} | {w for _, w, _ in ops._SM90_INT8_TABLE if w is not None}
     entries: dict[tuple[int, int, int], list[str]] = {}
     saved = ops._is_sm90, ops._is_sm120
     try:
@@ -163,10 +165,11 @@ def int8_table_entries(ops) -> dict[tuple[int, int, int], list[str]]:
             for rows in range(1, 8193):
                 for kv_heads in (1, 2):
                     for prefill in (False, True):
-                        block_n, warps, _, splits = ops._select_config(rows, kv_heads, prefill, 1 << 24, False, True)
-                        archs = entries.setdefault((block_n, warps, splits), [])
-                        if arch not in archs:
-                            archs.append(arch)
+                        for width in widths:
+                            block_n, warps, _, splits = ops._select_config(rows, kv_heads, prefill, width, False, True)
+                            archs = entries.setdefault((block_n, warps, splits), [])
+                            if arch not in archs:
+                                archs.append(arch)
     finally:
         ops._is_sm90, ops._is_sm120 = saved
     return entries

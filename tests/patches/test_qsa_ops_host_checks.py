@@ -46,7 +46,8 @@ def test_int8_table_entries_cover_every_arch_table_and_restore_the_dispatch(ops,
     saved = ops._is_sm90, ops._is_sm120
     entries = int8_table_entries(ops)
     assert (ops._is_sm90, ops._is_sm120) == saved
-    sm90 = {(bn, warps, splits) for _, (bn, splits, warps) in ops._SM90_INT8_TABLE}
+    # An entry keyed on a width launches at most the splits that width has tiles for.
+    sm90 = {(bn, warps, min(splits, -(-(width or 1 << 24) // bn))) for _, width, (bn, splits, warps) in ops._SM90_INT8_TABLE}
     assert sm90 == {e for e, archs in entries.items() if "sm_90" in archs}
     # sm_120's int8 branch and the default table (sm_80, sm_121) are in too.
     assert {(32, 1, 2), (32, 4, 4), (64, 8, 64)} <= {e for e, archs in entries.items() if "sm_120" in archs}
@@ -125,3 +126,14 @@ def _check_host_accepts(ops, key, value, ks, vs, blocks):
         pytest.fail(f"the host checks refused the scale layout: {exc}")
     except RuntimeError:
         pass
+
+
+def test_the_sm90_int8_dispatch_keys_on_the_selection_width(ops, monkeypatch):
+    """An entry with a width limit is taken only up to that width; past it the bucket's open entry."""
+    monkeypatch.setattr(ops, "_is_sm90", lambda: True)
+    monkeypatch.setattr(ops, "_is_sm120", lambda: False)
+    monkeypatch.setattr(ops, "_SM90_INT8_TABLE", ((24, 2048, (128, 32, 4)), (24, None, (64, 64, 2)), (None, None, (64, 1, 2))))
+    picks = {w: ops._select_config(5, 2, False, w, False, True) for w in (1024, 2048, 2051, 4099)}
+    assert picks == {1024: (128, 4, 8, 8), 2048: (128, 4, 16, 16), 2051: (64, 2, 33, 33), 4099: (64, 2, 65, 64)}
+    assert ops._select_config(13, 2, False, 1024, False, True)[:2] == (64, 2)  # bp 26: the next bucket
+    assert ops._select_config(5, 2, False, 1024, True, False) != picks[1024]  # fp8 keeps its own table

@@ -1,0 +1,64 @@
+"""The sm_90 int8 table picker: a width whose own best tile gains gets its own entry, noise does not,
+and the table it writes is what the patched dispatch reads, first match winning."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+from builder.constants import REPO_ROOT
+
+sys.path.insert(0, str(REPO_ROOT / "benchmarks"))
+import qsa_int8_table  # noqa: E402
+
+A, B = (128, 32, 4), (64, 64, 2)
+SOURCE = "x = 1\n_SM90_INT8_TABLE = (\n    (24, None, (128, 32, 4)),\n    (None, None, (64, 1, 2)),\n)\ny = 2\n"
+
+
+def case(width: int, ms: dict, bp: int = 10) -> dict:
+    candidates = [{"block_n": c[0], "target_splits": c[1], "num_warps": c[2], "num_stages": 2, "ms": t} for c, t in ms.items()]
+    candidates.sort(key=lambda r: r["ms"])
+    return {"shape": {"width": width}, "base_programs": bp, "candidates": candidates}
+
+
+def sweep(b_at_2051: float) -> dict:
+    """bp 10 at widths 1024 and 2051 (two contexts each): A is best at 1024, B at 2051 by 1 - b_at_2051."""
+    cases = {}
+    for ctx in ("4K", "32K"):
+        cases[f"ctx{ctx} w1024"] = case(1024, {A: 1.00, B: 1.10})
+        cases[f"ctx{ctx} w2051"] = case(2051, {A: 1.00, B: b_at_2051})
+    return {"cases": cases}
+
+
+def test_a_width_that_gains_gets_its_own_entry_and_the_bucket_ends_open():
+    table, report = qsa_int8_table.pick(sweep(0.95), qsa_int8_table.read_table(SOURCE))
+    assert table[24] == [(2048, A), (None, B)]  # 2048: the roundest limit between 1024 and 2051
+    assert table[None] == [(None, (64, 1, 2))]  # no case there: kept
+    entry = report["bp<=24 w<=None"]
+    assert entry["after"] == list(B) and set(entry["cases"]) == {"ctx4K w2051", "ctx32K w2051"}
+    assert entry["cases"]["ctx4K w2051"]["ms_before"] == 1.00 and entry["cases"]["ctx4K w2051"]["ms_after"] == 0.95
+
+
+def test_a_gain_under_the_threshold_keeps_one_entry():
+    """Control: 0.5% is the sweep's noise, not a reason to key on the width."""
+    table, _ = qsa_int8_table.pick(sweep(0.995), qsa_int8_table.read_table(SOURCE))
+    assert table[24] == [(None, A)]
+
+
+def test_the_written_table_is_what_the_dispatch_reads(tmp_path, monkeypatch):
+    sweep_file, qsa = tmp_path / "sweep.json", tmp_path / "qsa.py"
+    sweep_file.write_text(json.dumps(sweep(0.95)))
+    qsa.write_text(SOURCE)
+    monkeypatch.setattr(sys, "argv", ["qsa_int8_table.py", "--sweep", str(sweep_file), "--qsa", str(qsa), "--out", str(tmp_path)])
+    qsa_int8_table.main()
+    text = qsa.read_text()
+    assert text.startswith("x = 1\n") and text.endswith("y = 2\n")
+    namespace: dict = {}
+    exec(text, namespace)  # noqa: S102 - the file this test just wrote
+
+    def select(bp: int, width: int):  # the patched _select_sm90_int8_config's rule
+        return next(c for b, w, c in namespace["_SM90_INT8_TABLE"] if (b is None or bp <= b) and (w is None or width <= w))
+
+    assert [select(10, w) for w in (1024, 2048, 2049, 2051, 8192)] == [A, A, B, B, B]
+    assert select(25, 1024) == (64, 1, 2)
+    assert json.loads((tmp_path / "qsa-int8-table.json").read_text()).keys() == {"bp<=24 w<=2048", "bp<=24 w<=None"}
