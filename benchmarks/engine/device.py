@@ -49,6 +49,9 @@ GATES = ("kv_pool", "determinism", "prefix_cache", "api_surface")
 #: The retry when the checkpoint itself failed to load: dummy weights, and the PLE table pinned (the
 #: last --engram-config wins), since the ple-mmap patch maps rows from a checkpoint dummy has not.
 DUMMY_RETRY_ARGS = ("--load-format", "dummy", "--engram-config", '{"cpu_offload": true}')
+#: Every harness server logs the traceback behind an HTTP 500: without it vLLM 0.33 answers a failed
+#: request with an empty EngineGenerateError and logs nothing (json_mode, calls 62, 69 and 78).
+DIAGNOSTIC_ARGS = ("--log-error-stack",)
 #: What `measure` runs once the servers are ready, in this order.
 PHASES = ("gates", "fidelity", "bench")
 FIDELITY_PROMPTS = 100
@@ -239,7 +242,7 @@ def start_servers(*, state: Path, work: Path, extra_args: list[str], attempt: st
         cfg = arm_config(base, kv_dtype=dtype, port=port, layout=layout, graphs=graphs)
         plan = launch_plan(cfg)
         # The plan says `python3`; the interpreter running this driver is the device's torch one.
-        argv = [sys.executable, *plan.argv(model_path=str(state / "model"))[1:], *extra_args]
+        argv = [sys.executable, *plan.argv(model_path=str(state / "model"))[1:], *DIAGNOSTIC_ARGS, *extra_args]
         env = python_env(state, graphs=graphs)
         env.update({e.name: e.value for e in plan.env})
         env.update(required_dirs(plan, state))
