@@ -11,6 +11,7 @@
 #   benchmarks/kernel_evidence.sh PATCHED UPSTREAM OUT grid-sweep grid tests mutation-window accuracy store-bench fix-speed deferred-bias emulation
 #   and on the fixed kernel (2026-11-30; PATCHED/UPSTREAM need only vllm/models/qwen4_exp/nvidia/ops): memcheck ncu
 #   2026-12-01: store-sweep ncu-grid, then (store launch re-chosen) store-bench and tests -k quantize_on_write
+#   2026-12-02 (session 26): grid-sweep grid tests memcheck (the picker keys buckets on width too)
 #   2026-12-01 (session 24): paired-scales (candidate), then with the paired tail shipped: tests grid paired-scales memcheck,
 #     store-bench ncu-grid (store-bench's two files kept as qsa-int8-store-paired-h200.*), occupancy
 #   Earlier evidence (kernel before issue 13; files named in evidence/kernels/README.md):
