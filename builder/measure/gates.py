@@ -306,7 +306,7 @@ async def gate_kv_pool(ctx: GateContext) -> GateOutcome:
 async def gate_api_surface(ctx: GateContext) -> GateOutcome:
     """The OpenAI API features users rely on, each followed by /health (builder/measure/api_surface.py)."""
     surface = ApiSurface(url=ctx.server.url, model=ctx.server.served_model, max_model_len=ctx.server.max_model_len,
-                         api_key=api_key(), http=ctx.client)
+                         api_key=api_key(), http=ctx.client, json_mode=ctx.expectations.api_surface.json_mode)
     checks = await surface.run()
     failed = [c.name for c in checks if not c.ok]
     return GateOutcome(

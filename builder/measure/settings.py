@@ -156,10 +156,22 @@ class RecallTask(BaseModel):
     max_tokens: int = Field(32, gt=0)
 
 
+class ApiSurfaceExpectations(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    json_mode: Literal["complete", "prefix"] = Field(
+        "complete",
+        description="complete: the JSON-mode answer must parse as a JSON object. prefix: a model that "
+        "cannot close the object (random weights write whitespace until max_tokens) passes if its answer, "
+        "cut with finish_reason 'length', is the start of a JSON object: the grammar held",
+    )
+
+
 class Expectations(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     model: str
+    api_surface: ApiSurfaceExpectations = ApiSurfaceExpectations()
     golden: list[Probe] = Field(min_length=1)
     battery: list[Probe] = Field(min_length=1)
     battery_baseline: BatteryBaseline | None = None

@@ -217,3 +217,31 @@ def test_api_surface_gate_passes_on_a_reasoning_server(built, pinned_target, fre
         assert ev.observed["details"]["json_mode"].startswith("object with keys")
     finally:
         stop(target=cfg.target.name, name=name)
+
+
+def test_json_mode_cut_at_max_tokens_passes_only_where_the_expectations_allow_a_prefix(cpu_smoke_url, pinned_target):
+    """On the H200 the random-weight model's JSON-mode answer was `{"][" ` and blank lines until
+    max_tokens (call 85): the grammar held, the object never closed. SmolLM2 cut at 6 tokens is the
+    same shape of answer from a real server: the "prefix" rule passes it, "complete" fails it."""
+    import asyncio
+
+    from builder.measure.api_surface import ApiSurface, _Failed
+
+    cfg = load_target(pinned_target)
+
+    async def json_mode(rule: str, max_tokens: int):
+        async with httpx.AsyncClient() as http:
+            surface = ApiSurface(url=cpu_smoke_url, model=cfg.model.served_name, max_model_len=cfg.server.max_model_len,
+                                 api_key=None, http=http, json_mode=rule)
+            surface.json_mode_max_tokens = max_tokens
+            try:
+                return await surface.json_mode()
+            finally:
+                await surface.sdk.close()
+
+    cut = asyncio.run(json_mode("prefix", 6))
+    assert cut["detail"].startswith("cut at max_tokens") and cut["answer"].lstrip().startswith("{"), cut
+    with pytest.raises(_Failed, match="not JSON .*finish_reason 'length'"):
+        asyncio.run(json_mode("complete", 6))
+    # With room to finish, "prefix" still wants the whole object where the model closes it.
+    assert asyncio.run(json_mode("prefix", 128))["detail"].startswith("object with keys")
