@@ -11,7 +11,7 @@
 #   benchmarks/kernel_evidence.sh PATCHED UPSTREAM OUT grid-sweep grid tests mutation-window accuracy store-bench fix-speed deferred-bias emulation
 #   and on the fixed kernel (2026-11-30; PATCHED/UPSTREAM need only vllm/models/qwen4_exp/nvidia/ops): memcheck ncu
 #   2026-12-01: store-sweep ncu-grid, then (store launch re-chosen) store-bench and tests -k quantize_on_write
-#   2026-12-02 (session 26): grid-sweep grid tests memcheck (the picker keys buckets on width too)
+#   2026-12-02 (session 26): grid-sweep grid tests memcheck (the picker keys buckets on width too), then ncu-grid
 #   2026-12-01 (session 24): paired-scales (candidate), then with the paired tail shipped: tests grid paired-scales memcheck,
 #     store-bench ncu-grid (store-bench's two files kept as qsa-int8-store-paired-h200.*), occupancy
 #   Earlier evidence (kernel before issue 13; files named in evidence/kernels/README.md):
@@ -98,7 +98,7 @@ for step in "$@"; do
         > "$OUT/qsa-int8-paired-scales-h200.txt" 2>&1 ;;
     ncu-grid)
       # Counters at representative grid misses (and one met point), fp8 and int8, one cold launch each.
-      points="ctx32K decode 64x5 w2051 24/2;ctx32K decode 64x5 w1024 12/1;ctx128K decode 256x5 w4099 12/1;ctx128K decode 256x5 w2051 24/2"
+      points="ctx32K decode 64x5 w2051 24/2;ctx128K decode 64x5 w4099 24/2;ctx128K decode 256x5 w4099 12/1;ctx128K decode 64x5 w1024 24/2"
       points+=";ctx32K prefill 512 w4099 12/1;ctx128K prefill 2048 w2051 24/2;ctx256K decode 1x5 w2051 24/2;ctx4K decode 8x5 w4099 24/2"
       ncu --clock-control none --section SpeedOfLight --section MemoryWorkloadAnalysis --section WarpStateStats --section Occupancy \
         -k regex:sparse_paged python benchmarks/qsa_grid_ncu.py --engine "$E" --upstream "$U" --points "$points" \

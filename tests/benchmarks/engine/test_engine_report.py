@@ -13,6 +13,7 @@ from builder.constants import REPO_ROOT
 RUNS = REPO_ROOT / "evidence/engine-h200/runs"
 CALL25, CALL33, CALL39, CALL49 = (RUNS / f"call{n}-summary.json" for n in (25, 33, 39, 49))
 CALL55, CALL56, CALL62, CALL69 = (RUNS / f"call{n}-summary.json" for n in (55, 56, 62, 69))
+CALL85, CALL91 = (RUNS / f"call{n}-summary.json" for n in (85, 91))
 
 
 def test_one_run_gives_its_pools_gates_fidelity_and_bench(tmp_path):
@@ -71,7 +72,7 @@ def test_the_fifth_sessions_runs_give_gates_from_62_and_fidelity_from_56(tmp_pat
     assert "| 128K | 4 | 2793 / 3068 / 3286 |" in md
 
 
-def test_the_committed_report_adds_the_sixth_sessions_paired_scale_run(tmp_path):
+def test_the_sixth_sessions_paired_scale_run_gives_gates_and_fidelity_from_69(tmp_path):
     """Call 69 (graphs, the paired scale tail: gates and fidelity) after 55, 56 and 62: gates, pools
     and fidelity from 69, the benches of 55, 56 and 62."""
     md = report_of(tmp_path, ((55, CALL55), (56, CALL56), (62, CALL62), (69, CALL69)))
@@ -79,9 +80,21 @@ def test_the_committed_report_adds_the_sixth_sessions_paired_scale_run(tmp_path)
     assert "| api_surface | fail: 17/18 checks, failed: json_mode |" in md
     assert "| int8 | 100 | 0 | 4.57e-06 |" in md and "| fp8 | 100 | 0 | 9.75e-06 |" in md
     assert "| int8 | 4,529,669 | 4,510,435 | 1.0043 |" in md  # the pairing moves no byte of the pool
+
+
+def test_the_committed_report_adds_session_26s_gates_with_json_mode_passing(tmp_path):
+    """Calls 85 (json_mode answered 200 but cut: random weights never close the object) and 91 (the
+    expectation file allows a cut JSON prefix): gates from 91, fidelity still from 69."""
+    runs = ((55, CALL55), (56, CALL56), (62, CALL62), (69, CALL69), (85, CALL85), (91, CALL91))
+    md = report_of(tmp_path, runs)
+    assert "## Gates (call 91)" in md and "## Fidelity against bf16 KV (call 69, CUDA graphs)" in md
+    assert "| api_surface | pass: 18/18 checks | pass: 18/18 checks | pass: 18/18 checks |" in md
+    assert "| 91 | CUDA graphs | gates, determinism_probe | 152 / 163 / 167 |" in md  # Triton cache carried
     assert md == (REPO_ROOT / "evidence/engine-h200/bench.md").read_text()
     for name in ("kv-pools.json", "fidelity.json"):
         assert (tmp_path / name).read_text() == (REPO_ROOT / "evidence/engine-h200" / name).read_text()
+    control = report_of(tmp_path / "c", runs[:-1])
+    assert "| api_surface | fail: 17/18 checks, failed: json_mode |" in control
 
 
 def test_failed_cells_and_missing_phases_are_said_not_hidden(tmp_path):
