@@ -110,16 +110,24 @@ def site_paths(site_dir: Path) -> list[str]:
 
 
 def install_wheels(state: Path, *, wheels_dir: str = "wheels", site: str = "site") -> bool:
+    """Install the landed wheels into state/site once; the stamp names them. A state whose site was
+    installed from another carry's wheels is refused: a new wheels.tar unpacks beside the old
+    wheels, and a skipped install would serve the old packages without a word."""
     stamp = state / site / ".installed"
-    if stamp.is_file():
-        return True
     wheels = sorted((state / wheels_dir).glob("*.whl"))
+    names = "".join(f"{w.name}\n" for w in wheels)
+    if stamp.is_file():
+        if stamp.read_text() != names:
+            raise RuntimeError(f"{state / site} was installed from other wheels than {state / wheels_dir} holds now "
+                               "(another carry landed on this state): measure with a fresh --state")
+        return True
     if not wheels:
         return False
     cmd = [sys.executable, "-m", "pip", "install", "-q", "--no-index", "--no-deps", "--no-compile",
            "--no-cache-dir", "--upgrade", "--target", str(state / site), *map(str, wheels)]
     subprocess.run(cmd, check=True)
-    stamp.write_text(f"{len(wheels)} wheels\n")
+    stamp.parent.mkdir(parents=True, exist_ok=True)
+    stamp.write_text(names)
     return True
 
 

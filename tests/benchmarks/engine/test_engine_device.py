@@ -450,3 +450,21 @@ def test_an_arm_the_budget_no_longer_covers_is_skipped_and_each_arm_is_reported_
     assert all(s["estimated_s"] >= hold_s - 0.2 for s in out["skipped"])
     assert len(handed) == 1 and [c["arm"] for c in handed[0]["cells"]] == ["int8"]
     assert (work / "bench-int8-in8192-c1.json").is_file()
+
+
+def test_wheels_install_once_and_a_state_with_another_carrys_wheels_is_refused(tmp_path, monkeypatch):
+    """A second measure on a warm machine reuses the install; a new carry landed on the same state
+    (its wheels.tar unpacks beside the old wheels) must not silently keep the old packages."""
+    calls = []
+    monkeypatch.setattr(device.subprocess, "run", lambda cmd, check: calls.append(cmd))
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    assert device.install_wheels(tmp_path) is False  # nothing landed yet
+    (wheels / "a-1.0-py3-none-any.whl").write_bytes(b"")
+    assert device.install_wheels(tmp_path) and len(calls) == 1
+    assert (tmp_path / "site" / ".installed").read_text() == "a-1.0-py3-none-any.whl\n"
+    assert device.install_wheels(tmp_path) and len(calls) == 1  # the same wheels: no second install
+    (wheels / "lm_format_enforcer-0.11.3-py3-none-any.whl").write_bytes(b"")
+    with pytest.raises(RuntimeError, match="another carry landed on this state"):
+        device.install_wheels(tmp_path)
+    assert len(calls) == 1
