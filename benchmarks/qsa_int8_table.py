@@ -111,40 +111,36 @@ def width_entries(cases: list[dict]) -> list[tuple[int | None, Config]]:
     return entries
 
 
-def width_of(entries: list[tuple[int | None, Config]], width: int) -> int | None:
-    return next(limit for limit, _ in entries if limit is None or width <= limit)
+def entry_at(entries: list[tuple[int | None, Config]], width: int) -> tuple[int | None, Config]:
+    """The (width limit, config) of one bucket that ``width`` falls in."""
+    return next((limit, cfg) for limit, cfg in entries if limit is None or width <= limit)
 
 
 def pick(sweep: dict, table: Table) -> tuple[Table, dict]:
-    """New table and, per (base_programs, width) entry, the choice with its per-case numbers."""
+    """New table and, per (base_programs, width) entry in table order, the choice with its per-case numbers."""
     table = split_buckets(sweep, table)
     by_bucket: dict[int | None, list[str]] = {}
     for name, case in sweep["cases"].items():
         by_bucket.setdefault(bucket_of(table, case["base_programs"]), []).append(name)
     new, report = dict(table), {}
-    for bp_limit, names in by_bucket.items():
-        old = table[bp_limit]
-        entries = width_entries([sweep["cases"][name] for name in names])
-        new[bp_limit] = entries
-        for width_limit, choice in entries:
-            mine = [n for n in names if width_of(entries, sweep["cases"][n]["shape"]["width"]) == width_limit]
+    for bp_limit in table:
+        if bp_limit not in by_bucket:
+            continue
+        cases = {name: sweep["cases"][name] for name in by_bucket[bp_limit]}
+        new[bp_limit] = entries = width_entries(list(cases.values()))
+        for width_limit, choice in entries:  # width order, the open width last
             report[f"bp<={bp_limit} w<={width_limit}"] = {
-                "base_programs_limit": bp_limit,
-                "width_limit": width_limit,
-                "after": list(choice),
-                "cases": {},
+                "base_programs_limit": bp_limit, "width_limit": width_limit, "after": list(choice), "cases": {}}
+        for name, case in cases.items():
+            width = case["shape"]["width"]
+            width_limit, choice = entry_at(entries, width)
+            before = entry_at(table[bp_limit], width)[1]
+            report[f"bp<={bp_limit} w<={width_limit}"]["cases"][name] = {
+                "before": list(before),
+                "ms_before": shippable(case).get(before),
+                "ms_after": shippable(case)[choice],
+                "best_any_stages": case["candidates"][0],
             }
-            for name in mine:
-                case = sweep["cases"][name]
-                before = old[[limit for limit, _ in old].index(width_of(old, case["shape"]["width"]))][1]
-                report[f"bp<={bp_limit} w<={width_limit}"]["cases"][name] = {
-                    "before": list(before),
-                    "ms_before": shippable(case).get(before),
-                    "ms_after": shippable(case)[choice],
-                    "best_any_stages": case["candidates"][0],
-                }
-    order = {limit: i for i, limit in enumerate(new)}
-    report = dict(sorted(report.items(), key=lambda kv: (order[kv[1]["base_programs_limit"]], kv[1]["width_limit"] is None, kv[1]["width_limit"] or 0)))
     return new, report
 
 

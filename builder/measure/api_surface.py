@@ -19,6 +19,7 @@ from pydantic import BaseModel, ConfigDict
 
 from builder.measure._json_prefix import is_json_prefix
 from builder.measure.core import bench
+from builder.measure.settings import JsonModeRule
 
 #: A prompt every chat model continues with ordinary words.
 PROMPT = "The capital of France is"
@@ -49,9 +50,9 @@ class ApiSurface:
     """The checks, in the order they run; `run()` returns one CheckResult per check."""
 
     def __init__(self, *, url: str, model: str, max_model_len: int, api_key: str | None, http: httpx.AsyncClient,
-                 json_mode: str = "complete") -> None:
+                 json_mode: JsonModeRule = "complete") -> None:
         self.url, self.model, self.max_model_len, self.http = url.rstrip("/"), model, max_model_len, http
-        self.json_mode_rule = json_mode  # settings.ApiSurfaceExpectations.json_mode
+        self.json_mode_rule = json_mode
         self.json_mode_max_tokens = 128
         # max_retries=0: a retried 500 would hide exactly the failure this gate looks for.
         self.sdk = openai.AsyncOpenAI(

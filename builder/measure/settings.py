@@ -156,10 +156,13 @@ class RecallTask(BaseModel):
     max_tokens: int = Field(32, gt=0)
 
 
+JsonModeRule = Literal["complete", "prefix"]
+
+
 class ApiSurfaceExpectations(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    json_mode: Literal["complete", "prefix"] = Field(
+    json_mode: JsonModeRule = Field(
         "complete",
         description="complete: the JSON-mode answer must parse as a JSON object. prefix: a model that "
         "cannot close the object (random weights write whitespace until max_tokens) passes if its answer, "

@@ -8,6 +8,7 @@ way the patched backend does, fills them through the REAL write path (for int8:
 from __future__ import annotations
 
 import dataclasses
+import itertools
 from typing import Any
 
 import torch
@@ -156,20 +157,17 @@ def int8_table_entries(ops) -> dict[tuple[int, int, int], list[str]]:
     table, at a huge selection width (so num_splits == target_splits) and at
     each width limit of the sm_90 table (the most splits that entry launches).
     """
-    widths = {1 << 24} | {w for _, w, _ in ops._SM90_INT8_TABLE if w is not None}
+    widths = sorted({1 << 24} | {w for _, w, _ in ops._SM90_INT8_TABLE if w is not None})
     entries: dict[tuple[int, int, int], list[str]] = {}
     saved = ops._is_sm90, ops._is_sm120
     try:
         for arch, (sm90, sm120) in ARCH_TABLES.items():
             ops._is_sm90, ops._is_sm120 = (lambda v=sm90: v), (lambda v=sm120: v)
-            for rows in range(1, 8193):
-                for kv_heads in (1, 2):
-                    for prefill in (False, True):
-                        for width in widths:
-                            block_n, warps, _, splits = ops._select_config(rows, kv_heads, prefill, width, False, True)
-                            archs = entries.setdefault((block_n, warps, splits), [])
-                            if arch not in archs:
-                                archs.append(arch)
+            for rows, kv_heads, prefill, width in itertools.product(range(1, 8193), (1, 2), (False, True), widths):
+                block_n, warps, _, splits = ops._select_config(rows, kv_heads, prefill, width, False, True)
+                archs = entries.setdefault((block_n, warps, splits), [])
+                if arch not in archs:
+                    archs.append(arch)
     finally:
         ops._is_sm90, ops._is_sm120 = saved
     return entries
