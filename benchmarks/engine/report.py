@@ -88,7 +88,8 @@ def _bench_table(run: Run) -> list[str]:
     failed = [c for c in bench.get("cells", []) if c.get("error")]
     if failed:
         lines += ["", f"{len(failed)} cells failed: " + "; ".join(f"{c['arm']} {c['workload']}" for c in failed[:6])]
-    not_ready = [a for a in ARMS if a in run.ready and a not in {c.get("arm") for c in bench.get("cells", [])}]
+    benched = {c.get("arm") for c in bench.get("cells", [])} | {s.get("arm") for s in bench.get("skipped", [])}
+    not_ready = [a for a in ARMS if a in run.ready and a not in benched]
     if not_ready:
         lines += ["", "Not in this run's bench (server not ready): " + ", ".join(not_ready) + "."]
     return lines
@@ -109,6 +110,33 @@ def _graphs_over_eager(runs: list[Run]) -> list[str]:
         return []
     return ["", f"## CUDA graphs over eager (decode tok/s, call {graphs.call} over call {eager.call})", "",
             "| prompt | conc. | " + " | ".join(ARMS) + " |", "|---|---|" + "---|" * len(ARMS), *rows]
+
+
+def _across_runs(runs: list[Run]) -> list[str]:
+    """int8's decode and TTFT ratios per cell in every CUDA-graph run that measured all three arms
+    there: how far one cell's ratio moves between runs is the noise any single run's ratio carries."""
+    grids = [(r, cells_by_key(r.summary)) for r in runs if r.summary.get("graphs")]
+    keys = sorted({k for _, g in grids for k, arms in g.items() if set(ARMS) <= set(arms)})
+    rows, spreads = [], []
+    for key in keys:
+        seen = [(r.call, g[key]) for r, g in grids if key in g and set(ARMS) <= set(g[key])]
+        if len(seen) < 2:
+            continue
+        cols = []
+        for metric, other in (("mean_decode_tok_s", "fp8"), ("mean_decode_tok_s", "bf16"), ("mean_ttft_ms", "fp8")):
+            ratios = [(call, arms["int8"].get(metric), arms[other].get(metric)) for call, arms in seen]
+            vals = [a / b for _, a, b in ratios if a and b]
+            if metric == "mean_decode_tok_s" and other == "fp8" and vals:
+                spreads.append(max(vals) / min(vals))
+            cols.append(", ".join(f"{_ratio(a, b)} ({call})" for call, a, b in ratios))
+        rows.append(f"| {key[0] // 1024}K | {key[1]} | " + " | ".join(cols) + " |")
+    if not rows:
+        return []
+    return ["", "## The same cell across CUDA-graph runs (int8's ratios, call in brackets)", "",
+            "| prompt | conc. | decode int8/fp8 | decode int8/bf16 | TTFT int8/fp8 |", "|---|---|---|---|---|", *rows, "",
+            f"One cell's decode int8/fp8 moves by up to {max(spreads):.2f}x between runs (median "
+            f"{sorted(spreads)[len(spreads) // 2]:.2f}x): larger than any steady difference between the arms, so these "
+            "runs support no engine-level decode ratio."]
 
 
 def markdown(runs: list[Run]) -> str:
@@ -180,6 +208,7 @@ def markdown(runs: list[Run]) -> str:
             lines += ["", f"## Bench, call {r.call}, {r.mode} (arms interleaved per cell, rotating order; 64 output tokens)", "",
                       *_bench_table(r)]
     lines += _graphs_over_eager(runs)
+    lines += _across_runs(runs)
     return "\n".join(lines) + "\n"
 
 
@@ -233,18 +262,34 @@ def _write_model(out: Path, name: str, model) -> None:
     tmp.rename(out / name)
 
 
+def _all_arm_ratios(runs: list[Run], other: str) -> dict[tuple[int, int], list[tuple[str, float]]]:
+    """{cell: [(call, int8 / other decode tok/s)]} over the CUDA-graph runs that measured both there."""
+    out: dict[tuple[int, int], list[tuple[str, float]]] = {}
+    for r in runs:
+        if not r.summary.get("graphs"):
+            continue
+        for key, arms in cells_by_key(r.summary).items():
+            a, b = arms.get("int8", {}).get("mean_decode_tok_s"), arms.get(other, {}).get("mean_decode_tok_s")
+            if a and b:
+                out.setdefault(key, []).append((r.call, a / b))
+    return dict(sorted(out.items()))
+
+
 def plot(runs: list[Run], out: Path) -> Path | None:
-    """TTFT and decode per cell and arm, one column per run that benched (eager, graphs)."""
-    benched = [r for r in runs if cells_by_key(r.summary)]
-    if not benched:
+    """TTFT and decode bars per cell and arm for each run that measured a grid (3 cells or more), and
+    int8's decode ratio to fp8 and bf16 per cell from every CUDA-graph run, one dot per run."""
+    grids = [r for r in runs if len(cells_by_key(r.summary)) >= 3]
+    ratios = {other: _all_arm_ratios(runs, other) for other in ("fp8", "bf16")}
+    if not grids and not any(ratios.values()):
         return None
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(2, len(benched), figsize=(6 * len(benched), 7.5), squeeze=False)
-    for col, run in enumerate(benched):
+    cols = max(len(grids), 1)
+    fig, axes = plt.subplots(3, cols, figsize=(6 * cols, 11), squeeze=False)
+    for col, run in enumerate(grids):
         grid = cells_by_key(run.summary)
         keys = list(grid)
         xs = range(len(keys))
@@ -257,6 +302,22 @@ def plot(runs: list[Run], out: Path) -> Path | None:
             if row == 0:
                 ax.set_yscale("log")
         axes[1][col].legend()
+    for col in range(len(grids), cols):
+        axes[0][col].axis("off")
+        axes[1][col].axis("off")
+    ax = fig.add_subplot(3, 1, 3)
+    for col in range(cols):
+        axes[2][col].axis("off")
+    keys = sorted(set(ratios["fp8"]) | set(ratios["bf16"]))
+    for j, (other, marker) in enumerate((("fp8", "o"), ("bf16", "s"))):
+        xs = [i + (j - 0.5) * 0.2 for i, k in enumerate(keys) for _ in ratios[other].get(k, [])]
+        ys = [v for k in keys for _, v in ratios[other].get(k, [])]
+        ax.scatter(xs, ys, marker=marker, label=f"int8 / {other}", alpha=0.8)
+    ax.axhline(1.0, color="grey", lw=0.8)
+    ax.set_xticks(range(len(keys)), [f"{k[0] // 1024}K c{k[1]}" for k in keys])
+    ax.set_ylabel("decode tok/s ratio")
+    ax.set_title("int8's decode ratio per cell, one dot per CUDA-graph run: the run-to-run spread", fontsize=10)
+    ax.legend()
     fig.suptitle(LABEL, fontsize=9)
     fig.tight_layout()
     path = out / "bench.png"

@@ -14,6 +14,7 @@ RUNS = REPO_ROOT / "evidence/engine-h200/runs"
 CALL25, CALL33, CALL39, CALL49 = (RUNS / f"call{n}-summary.json" for n in (25, 33, 39, 49))
 CALL55, CALL56, CALL62, CALL69 = (RUNS / f"call{n}-summary.json" for n in (55, 56, 62, 69))
 CALL85, CALL91 = (RUNS / f"call{n}-summary.json" for n in (85, 91))
+CALL96, CALL97, CALL98 = (RUNS / f"call{n}-summary.json" for n in (96, 97, 98))
 
 
 def test_one_run_gives_its_pools_gates_fidelity_and_bench(tmp_path):
@@ -90,11 +91,27 @@ def test_the_committed_report_adds_session_26s_gates_with_json_mode_passing(tmp_
     assert "## Gates (call 91)" in md and "## Fidelity against bf16 KV (call 69, CUDA graphs)" in md
     assert "| api_surface | pass: 18/18 checks | pass: 18/18 checks | pass: 18/18 checks |" in md
     assert "| 91 | CUDA graphs | gates, determinism_probe | 152 / 163 / 167 |" in md  # Triton cache carried
+    control = report_of(tmp_path / "c", runs[:-1])
+    assert "| api_surface | fail: 17/18 checks, failed: json_mode |" in control
+
+
+def test_the_committed_report_adds_session_27s_graph_grid_and_its_run_to_run_spread(tmp_path):
+    """Calls 96-98: the graphs grid in one run (97) and 128K x c16 on all three arms (98); 96 ran out of
+    budget after int8. The across-runs table puts each cell's ratio from 56/62 beside 97's."""
+    runs = ((55, CALL55), (56, CALL56), (62, CALL62), (69, CALL69), (85, CALL85), (91, CALL91),
+            (96, CALL96), (97, CALL97), (98, CALL98))
+    md = report_of(tmp_path, runs)
     assert md == (REPO_ROOT / "evidence/engine-h200/bench.md").read_text()
     for name in ("kv-pools.json", "fidelity.json"):
         assert (tmp_path / name).read_text() == (REPO_ROOT / "evidence/engine-h200" / name).read_text()
-    control = report_of(tmp_path / "c", runs[:-1])
-    assert "| api_surface | fail: 17/18 checks, failed: json_mode |" in control
+    assert "| 128K | 16 | 8904 / 12221 / 9930 | 29.5 / 22.6 / 28.9 | 1.31x | 1.02x | 0.00 |" in md
+    call96 = md.split("## Bench, call 96")[1].split("## Bench, call 97")[0]
+    assert "Skipped for the device budget: 128K x c16 (fp8), 128K x c16 (bf16)." in call96
+    assert "server not ready" not in call96  # skipped arms were ready: the budget, not the server, left them out
+    assert "| 32K | 1 | 1.01x (56), 0.68x (97) |" in md
+    assert "moves by up to 1.68x between runs (median 1.27x)" in md
+    alone = report_of(tmp_path / "c", ((97, CALL97),))
+    assert "across CUDA-graph runs" not in alone  # one run: nothing to compare it with
 
 
 def test_failed_cells_and_missing_phases_are_said_not_hidden(tmp_path):
