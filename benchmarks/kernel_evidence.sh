@@ -81,6 +81,15 @@ for step in "$@"; do
         --out "$OUT" --pool-tokens 262144 --case "production 8x256 contiguous,prefill 1x2048 ctx32K,decode-mtp 64x5 ctx4K contiguous" \
         > "$OUT/qsa-int8-deferred-bias-pool256K-h200.txt" 2>&1
       mv "$OUT/qsa-int8-fix-speed-pool256K-h200.json" "$OUT/qsa-int8-deferred-bias-pool256K-h200.json" ;;
+    candidate)
+      # A candidate kernel tree (QFN_QSA_CANDIDATE_TREE, named QFN_QSA_CANDIDATE_NAME) against the shipped
+      # kernel at grid points (QFN_QSA_CANDIDATE_CONTEXTS / _ROWS / _WIDTHS / _HEADS: qsa_grid's filters,
+      # empty = all), fp8 alongside.
+      python benchmarks/int8_variants/candidate.py --engine "$E" --upstream "$U" --out "$OUT" \
+        --candidate "$QFN_QSA_CANDIDATE_TREE" --name "$QFN_QSA_CANDIDATE_NAME" \
+        --contexts "${QFN_QSA_CANDIDATE_CONTEXTS:-32768,131072}" --rows "${QFN_QSA_CANDIDATE_ROWS:-decode 64x5,decode 256x5,prefill 2048}" \
+        --widths "${QFN_QSA_CANDIDATE_WIDTHS:-}" --heads "${QFN_QSA_CANDIDATE_HEADS:-}" \
+        > "$OUT/qsa-int8-candidate-$QFN_QSA_CANDIDATE_NAME-h200.txt" 2>&1 ;;
     emulation)  # CPU only
       python benchmarks/qsa_int8_mma_emulation.py > "$OUT/qsa-int8-mma-emulation.txt" ;;
     store-bench)
