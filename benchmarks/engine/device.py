@@ -3,7 +3,7 @@
 
   python3 device.py land    --carried DIR --state /tmp/e18
   python3 device.py measure --carried DIR --state /tmp/e18 --out $OUT --budget-s 510
-      [--phases gates,fidelity,bench] [--layout tp1|tp2-ep] [--graphs]
+      [--phases gates,fidelity,bench] [--layout tp1|tp2-ep] [--graphs] [--bench-cells LENxCONC,...] [--bench-repeats N]
 
 `land` (every call) checks and lands the pieces the call carried, unpacks what they complete,
 installs the locked wheels into state/site and starts the model generator in its own session
@@ -20,6 +20,7 @@ CUDA graphs on with the carried nvidia-cutlass-dsl (`prepare --graphs`).
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import shutil
@@ -496,11 +497,20 @@ async def run_fidelity(servers: dict, ready: list[str], model_dir: Path, work: P
     return out
 
 
+def arm_order(ready: list[str], length: int, conc: int, repeat: int = 0) -> list[str]:
+    """The arms of one cell in the order they run: rotated by prompt-length index + concurrency index
+    + repeat, a Latin square over the grid, so each arm goes first once per concurrency level across the
+    lengths and once per length across the levels. (A rotation by cell count, as before session 27, has
+    period 3 over 3 levels: every c1 cell ran int8 first, every c4 fp8, every c16 bf16.)"""
+    shift = (BENCH_LENGTHS.index(length) + BENCH_CONCURRENCY.index(conc) + repeat) % len(ready)
+    return ready[shift:] + ready[:shift]
+
+
 async def run_bench(servers: dict, ready: list[str], work: Path, clock: Clock, reserve_s: float,
                     cells_wanted: frozenset[tuple[int, int]] | None = None,
-                    on_result: Callable[[dict], None] | None = None) -> dict:
-    """Cells of (prompt length, concurrency), all or cells_wanted; within a cell the arms run one after
-    another in a rotating order, so no arm always goes first. An arm the budget no longer covers, at the
+                    on_result: Callable[[dict], None] | None = None, repeats: int = 1) -> dict:
+    """Cells of (prompt length, concurrency), all or cells_wanted, the whole set `repeats` times; within a
+    cell the arms run one after another in arm_order. An arm the budget no longer covers, at the
     last arm's seconds per prompt token, is skipped: call 70 started bf16's 128K x c16 with 26 s left and
     the call was killed with the cell's results unsent. on_result gets the results so far after every arm
     (the driver packs them)."""
@@ -509,8 +519,7 @@ async def run_bench(servers: dict, ready: list[str], work: Path, clock: Clock, r
     from builder.measure.core import bench
 
     cells, skipped = [], []
-    result = {"cells": cells, "skipped": skipped}
-    n = 0
+    result = {"cells": cells, "skipped": skipped, "repeats": repeats}
     s_per_token = 0.0
     async with httpx.AsyncClient(trust_env=False) as client:
         # Untimed: the first request of a server compiles its prefill kernels (call 25's first cell
@@ -521,39 +530,39 @@ async def run_bench(servers: dict, ready: list[str], work: Path, clock: Clock, r
                 await bench.run_workload(client, servers[label]["url"], servers[label]["cfg"].model.served_name, warm)
             except Exception as exc:
                 log(f"bench warm-up {label}: {error_text(exc, 300)}")
-        for length in BENCH_LENGTHS:
-            for conc in BENCH_CONCURRENCY:
-                if cells_wanted is not None and (length, conc) not in cells_wanted:
+        for repeat, length, conc in itertools.product(range(repeats), BENCH_LENGTHS, BENCH_CONCURRENCY):
+            if cells_wanted is not None and (length, conc) not in cells_wanted:
+                continue
+            order = arm_order(ready, length, conc, repeat)
+            tokens = length * max(conc, 2)
+            for label in order:
+                if clock.left() < reserve_s + s_per_token * tokens:
+                    skipped.append({"arm": label, "input_len": length, "concurrency": conc, "repeat": repeat,
+                                    "reason": "device budget", "estimated_s": round(s_per_token * tokens, 1)})
                     continue
-                order = ready[n % len(ready):] + ready[:n % len(ready)]
-                n += 1
-                tokens = length * max(conc, 2)
-                for label in order:
-                    if clock.left() < reserve_s + s_per_token * tokens:
-                        skipped.append({"arm": label, "input_len": length, "concurrency": conc,
-                                        "reason": "device budget", "estimated_s": round(s_per_token * tokens, 1)})
-                        continue
-                    started = time.monotonic()
-                    s = servers[label]
-                    wl = bench.Workload(f"in{length}-c{conc}", "concurrency", length, BENCH_OUTPUT_TOKENS,
-                                        max(conc, 2), conc)
-                    try:
-                        before = await bench.scrape(client, s["url"])
-                        res = await bench.run_workload(client, s["url"], s["cfg"].model.served_name, wl)
-                        after = await bench.scrape(client, s["url"])
-                        res["mtp_acceptance"] = bench.acceptance_rate(before, after)
-                        res["kv_pool_tokens"] = bench.kv_pool_tokens(after)
-                    except Exception as exc:
-                        res = {"workload": wl.name, "error": error_text(exc, 600)}
-                    res.update(arm=label, kv_cache_dtype=s["cfg"].kv_cache.dtype, position=order.index(label))
-                    cells.append(res)
-                    (work / f"bench-{label}-{wl.name}.json").write_text(json.dumps(res, indent=2))
-                    log(f"bench {label} {wl.name}: ttft {res.get('mean_ttft_ms', 0):.0f} ms, decode "
-                        f"{res.get('mean_decode_tok_s', 0):.1f} tok/s, mtp {res.get('mtp_acceptance')}, "
-                        f"ok {res.get('completed')}/{wl.num_prompts} {res.get('error', '')}")
-                    s_per_token = (time.monotonic() - started) / tokens  # the largest arm yet: closest to prefill-bound
-                    if on_result is not None:
-                        on_result(result)
+                started = time.monotonic()
+                s = servers[label]
+                wl = bench.Workload(f"in{length}-c{conc}", "concurrency", length, BENCH_OUTPUT_TOKENS,
+                                    max(conc, 2), conc)
+                try:
+                    before = await bench.scrape(client, s["url"])
+                    res = await bench.run_workload(client, s["url"], s["cfg"].model.served_name, wl)
+                    after = await bench.scrape(client, s["url"])
+                    res["mtp_acceptance"] = bench.acceptance_rate(before, after)
+                    res["kv_pool_tokens"] = bench.kv_pool_tokens(after)
+                except Exception as exc:
+                    res = {"workload": wl.name, "error": error_text(exc, 600)}
+                res.update(arm=label, kv_cache_dtype=s["cfg"].kv_cache.dtype, position=order.index(label),
+                           repeat=repeat)
+                cells.append(res)
+                again = f"-r{repeat}" if repeat else ""
+                (work / f"bench-{label}-{wl.name}{again}.json").write_text(json.dumps(res, indent=2))
+                log(f"bench {label} {wl.name}{again}: ttft {res.get('mean_ttft_ms', 0):.0f} ms, decode "
+                    f"{res.get('mean_decode_tok_s', 0):.1f} tok/s, mtp {res.get('mtp_acceptance')}, "
+                    f"ok {res.get('completed')}/{wl.num_prompts} {res.get('error', '')}")
+                s_per_token = (time.monotonic() - started) / tokens  # the largest arm yet: closest to prefill-bound
+                if on_result is not None:
+                    on_result(result)
     return result
 
 
@@ -599,7 +608,7 @@ def fresh_results(state: Path) -> Path:
 
 def measure(*, carried: Path, state: Path, out: Path, budget_s: float, phases: tuple[str, ...] = PHASES,
             layout: str = "tp1", graphs: bool = False, triton_cache: Path | None = None,
-            bench_cells: frozenset[tuple[int, int]] | None = None) -> int:
+            bench_cells: frozenset[tuple[int, int]] | None = None, bench_repeats: int = 1) -> int:
     import asyncio
 
     clock = Clock(budget_s)
@@ -659,7 +668,7 @@ def measure(*, carried: Path, state: Path, out: Path, budget_s: float, phases: t
                 pack(out, work, summary)
 
             summary["bench"] = asyncio.run(run_bench(servers, ready, work, clock, reserve_s=25, cells_wanted=bench_cells,
-                                                     on_result=pack_bench))
+                                                     on_result=pack_bench, repeats=bench_repeats))
             summary["phases"]["bench_s"] = clock.elapsed()
         return 0
     except Exception as exc:
@@ -695,6 +704,8 @@ def main(argv: list[str] | None = None) -> int:
                    help=f"measure: which of {','.join(PHASES)} to run after ready (a short device budget picks)")
     p.add_argument("--bench-cells", default="",
                    help="measure: only these bench cells, LENxCONC comma list (e.g. 131072x4,131072x16); default all")
+    p.add_argument("--bench-repeats", type=int, default=1,
+                   help="measure: run the bench cells this many times (arm order shifted each time), to see run-to-run spread")
     args = p.parse_args(argv)
     if not (args.carried / MANIFEST).is_file():
         p.error(f"--carried {args.carried} has no {MANIFEST}")
@@ -705,6 +716,8 @@ def main(argv: list[str] | None = None) -> int:
         p.error("measure needs --out")
     if args.budget_s <= 0:
         p.error("--budget-s must be positive")
+    if args.bench_repeats < 1:
+        p.error(f"--bench-repeats must be 1 or more, got {args.bench_repeats}")
     args.out.mkdir(parents=True, exist_ok=True)
     phases = tuple(x for x in args.phases.split(",") if x)
     if not phases or set(phases) - set(PHASES):
@@ -714,7 +727,8 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as exc:
         p.error(f"--bench-cells: {exc}")
     return measure(carried=args.carried, state=args.state, out=args.out, budget_s=args.budget_s, phases=phases,
-                   layout=args.layout, graphs=args.graphs, triton_cache=args.triton_cache, bench_cells=cells)
+                   layout=args.layout, graphs=args.graphs, triton_cache=args.triton_cache, bench_cells=cells,
+                   bench_repeats=args.bench_repeats)
 
 
 if __name__ == "__main__":

@@ -35,14 +35,25 @@ def pool_observed(summary: dict, arm: str) -> dict:
     return (ev.get("observed") or {}) if isinstance(ev, dict) else {}
 
 
-def cells_by_key(summary: dict) -> dict[tuple[int, int], dict[str, dict]]:
-    """{(input_len, concurrency): {arm: cell}} for the cells that completed without error."""
+def cells_by_key(summary: dict, repeat: int = 0) -> dict[tuple[int, int], dict[str, dict]]:
+    """{(input_len, concurrency): {arm: cell}} for one repeat's cells that completed without error."""
     grid: dict[tuple[int, int], dict[str, dict]] = {}
     for c in summary.get("bench", {}).get("cells", []):
-        if c.get("error") or not c.get("completed"):
+        if c.get("error") or not c.get("completed") or c.get("repeat", 0) != repeat:
             continue
         grid.setdefault((c["input_len"], c["concurrency"]), {})[c["arm"]] = c
     return dict(sorted(grid.items()))
+
+
+def repeats_of(summary: dict) -> list[int]:
+    """The repeats (`measure --bench-repeats`) with a completed cell; runs before it have only 0."""
+    return sorted({c.get("repeat", 0) for c in summary.get("bench", {}).get("cells", []) if c.get("completed")})
+
+
+def graph_samples(runs: list["Run"]) -> list[tuple[str, dict[tuple[int, int], dict[str, dict]]]]:
+    """(label, grid) per CUDA-graph run and repeat: "97" for a run's only or first pass, "99r1" for a later one."""
+    return [(r.call + (f"r{rep}" if rep else ""), cells_by_key(r.summary, rep))
+            for r in runs if r.summary.get("graphs") for rep in repeats_of(r.summary)]
 
 
 @dataclass(frozen=True)
@@ -72,19 +83,15 @@ def gates_run(runs: list[Run]) -> Run | None:
 
 
 def _bench_table(run: Run) -> list[str]:
-    lines = ["| prompt | conc. | TTFT ms int8 / fp8 / bf16 | decode tok/s int8 / fp8 / bf16 | decode int8/fp8 | decode int8/bf16 | MTP acceptance int8 |",
-             "|---|---|---|---|---|---|---|"]
-    for (length, conc), arms in cells_by_key(run.summary).items():
-        ttft = " / ".join(_fmt(arms.get(a, {}).get("mean_ttft_ms"), ".0f") for a in ARMS)
-        dec = {a: arms.get(a, {}).get("mean_decode_tok_s") for a in ARMS}
-        lines.append(f"| {length // 1024}K | {conc} | {ttft} | " + " / ".join(_fmt(dec[a], '.1f') for a in ARMS)
-                     + f" | {_ratio(dec['int8'], dec['fp8'])} | {_ratio(dec['int8'], dec['bf16'])} | "
-                     f"{_fmt(arms.get('int8', {}).get('mtp_acceptance'), '.2f')} |")
+    lines: list[str] = []
+    repeats = repeats_of(run.summary) or [0]
+    for rep in repeats:
+        if len(repeats) > 1:
+            lines += [""] * bool(lines) + [f"Repeat {rep} (arm order shifted by {rep}):", ""]
+        lines += _repeat_table(run, rep)
     bench = run.summary.get("bench", {})
     if bench.get("skipped"):
-        lines += ["", "Skipped for the device budget: " + ", ".join(
-            f"{s['input_len'] // 1024}K x c{s['concurrency']}" + (f" ({s['arm']})" if "arm" in s else "")
-            for s in bench["skipped"]) + "."]
+        lines += ["", "Skipped for the device budget: " + ", ".join(map(_skipped_label, bench["skipped"])) + "."]
     failed = [c for c in bench.get("cells", []) if c.get("error")]
     if failed:
         lines += ["", f"{len(failed)} cells failed: " + "; ".join(f"{c['arm']} {c['workload']}" for c in failed[:6])]
@@ -92,6 +99,24 @@ def _bench_table(run: Run) -> list[str]:
     not_ready = [a for a in ARMS if a in run.ready and a not in benched]
     if not_ready:
         lines += ["", "Not in this run's bench (server not ready): " + ", ".join(not_ready) + "."]
+    return lines
+
+
+def _skipped_label(skip: dict) -> str:
+    who = [skip["arm"]] if "arm" in skip else []
+    who += [f"repeat {skip['repeat']}"] if skip.get("repeat") else []
+    return f"{skip['input_len'] // 1024}K x c{skip['concurrency']}" + (f" ({', '.join(who)})" if who else "")
+
+
+def _repeat_table(run: Run, rep: int) -> list[str]:
+    lines = ["| prompt | conc. | TTFT ms int8 / fp8 / bf16 | decode tok/s int8 / fp8 / bf16 | decode int8/fp8 | decode int8/bf16 | MTP acceptance int8 |",
+             "|---|---|---|---|---|---|---|"]
+    for (length, conc), arms in cells_by_key(run.summary, rep).items():
+        ttft = " / ".join(_fmt(arms.get(a, {}).get("mean_ttft_ms"), ".0f") for a in ARMS)
+        dec = {a: arms.get(a, {}).get("mean_decode_tok_s") for a in ARMS}
+        lines.append(f"| {length // 1024}K | {conc} | {ttft} | " + " / ".join(_fmt(dec[a], '.1f') for a in ARMS)
+                     + f" | {_ratio(dec['int8'], dec['fp8'])} | {_ratio(dec['int8'], dec['bf16'])} | "
+                     f"{_fmt(arms.get('int8', {}).get('mtp_acceptance'), '.2f')} |")
     return lines
 
 
@@ -113,13 +138,13 @@ def _graphs_over_eager(runs: list[Run]) -> list[str]:
 
 
 def _across_runs(runs: list[Run]) -> list[str]:
-    """int8's decode and TTFT ratios per cell in every CUDA-graph run that measured all three arms
-    there: how far one cell's ratio moves between runs is the noise any single run's ratio carries."""
-    grids = [(r, cells_by_key(r.summary)) for r in runs if r.summary.get("graphs")]
+    """int8's decode and TTFT ratios per cell in every CUDA-graph run (and repeat) that measured all three
+    arms there: how far one cell's ratio moves between runs is the noise any single run's ratio carries."""
+    grids = graph_samples(runs)
     keys = sorted({k for _, g in grids for k, arms in g.items() if set(ARMS) <= set(arms)})
     rows, spreads = [], []
     for key in keys:
-        seen = [(r.call, g[key]) for r, g in grids if key in g and set(ARMS) <= set(g[key])]
+        seen = [(label, g[key]) for label, g in grids if key in g and set(ARMS) <= set(g[key])]
         if len(seen) < 2:
             continue
         cols = []
@@ -132,7 +157,7 @@ def _across_runs(runs: list[Run]) -> list[str]:
         rows.append(f"| {key[0] // 1024}K | {key[1]} | " + " | ".join(cols) + " |")
     if not rows:
         return []
-    return ["", "## The same cell across CUDA-graph runs (int8's ratios, call in brackets)", "",
+    return ["", "## The same cell across CUDA-graph runs (int8's ratios, call in brackets; r1, r2: its repeats)", "",
             "| prompt | conc. | decode int8/fp8 | decode int8/bf16 | TTFT int8/fp8 |", "|---|---|---|---|---|", *rows, "",
             f"One cell's decode int8/fp8 moves by up to {max(spreads):.2f}x between runs (median "
             f"{sorted(spreads)[len(spreads) // 2]:.2f}x): larger than any steady difference between the arms, so these "
@@ -265,13 +290,11 @@ def _write_model(out: Path, name: str, model) -> None:
 def _all_arm_ratios(runs: list[Run], other: str) -> dict[tuple[int, int], list[tuple[str, float]]]:
     """{cell: [(call, int8 / other decode tok/s)]} over the CUDA-graph runs that measured both there."""
     out: dict[tuple[int, int], list[tuple[str, float]]] = {}
-    for r in runs:
-        if not r.summary.get("graphs"):
-            continue
-        for key, arms in cells_by_key(r.summary).items():
+    for label, grid in graph_samples(runs):
+        for key, arms in grid.items():
             a, b = arms.get("int8", {}).get("mean_decode_tok_s"), arms.get(other, {}).get("mean_decode_tok_s")
             if a and b:
-                out.setdefault(key, []).append((r.call, a / b))
+                out.setdefault(key, []).append((label, a / b))
     return dict(sorted(out.items()))
 
 

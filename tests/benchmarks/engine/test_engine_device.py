@@ -452,6 +452,53 @@ def test_an_arm_the_budget_no_longer_covers_is_skipped_and_each_arm_is_reported_
     assert (work / "bench-int8-in8192-c1.json").is_file()
 
 
+def test_arm_order_is_a_latin_square_so_no_concurrency_level_always_runs_one_arm_first():
+    """Calls 55-97 rotated the arms by cell count: 3 arms over 3 concurrency levels, so every c1 cell
+    ran int8 first, every c4 fp8 and every c16 bf16. Now each arm goes first once per level across the
+    prompt lengths and once per length across the levels, and a repeat shifts the whole square."""
+    arms = ["int8", "fp8", "bf16"]
+    first = {(n, c): device.arm_order(arms, n, c)[0] for n in device.BENCH_LENGTHS for c in device.BENCH_CONCURRENCY}
+    for c in device.BENCH_CONCURRENCY:
+        assert sorted(first[(n, c)] for n in device.BENCH_LENGTHS) == sorted(arms)
+    for n in device.BENCH_LENGTHS:
+        assert sorted(first[(n, c)] for c in device.BENCH_CONCURRENCY) == sorted(arms)
+    for key in first:
+        assert sorted(device.arm_order(arms, *key)) == sorted(arms)
+        assert device.arm_order(arms, *key, repeat=1)[0] != first[key]
+    # Control: the old rotation by cell count gives every c1 cell the same first arm.
+    old = {}
+    for i, key in enumerate(first):
+        old[key] = (arms[i % 3:] + arms[:i % 3])[0]
+    assert {old[(n, 1)] for n in device.BENCH_LENGTHS} == {"int8"}
+
+
+def test_bench_repeats_run_the_cells_again_and_keep_each_pass_apart(tmp_path, free_port):
+    """--bench-repeats 2: each cell twice, the second pass's results tagged repeat 1 in the summary and
+    written beside the first pass's files, never over them. Nothing listens, so every arm errors fast."""
+    import asyncio
+
+    base = load_target(device.TARGET)
+    servers = {label: {"cfg": device.arm_config(base, kv_dtype=dtype, port=free_port), "url": f"http://127.0.0.1:{free_port}"}
+               for label, dtype in (("int8", "int8_per_token_head"), ("fp8", "fp8"))}
+    work = tmp_path / "work"
+    work.mkdir()
+    out = asyncio.run(device.run_bench(servers, ["int8", "fp8"], work, device.Clock(60), reserve_s=0,
+                                       cells_wanted=frozenset({(8192, 1), (8192, 4)}), repeats=2))
+    got = [(c["arm"], c["workload"], c["repeat"], c["position"]) for c in out["cells"]]
+    assert got == [("int8", "in8192-c1", 0, 0), ("fp8", "in8192-c1", 0, 1), ("fp8", "in8192-c4", 0, 0), ("int8", "in8192-c4", 0, 1),
+                   ("fp8", "in8192-c1", 1, 0), ("int8", "in8192-c1", 1, 1), ("int8", "in8192-c4", 1, 0), ("fp8", "in8192-c4", 1, 1)]
+    assert out["repeats"] == 2 and all(c["error"] for c in out["cells"])
+    assert sorted(f.name for f in work.iterdir()) == sorted(
+        f"bench-{a}-in8192-c{c}{r}.json" for a in ("int8", "fp8") for c in (1, 4) for r in ("", "-r1"))
+
+
+def test_bench_repeats_below_one_are_refused(tmp_path, capsys):
+    (tmp_path / "manifest.json").write_text("{}")
+    with pytest.raises(SystemExit):
+        device.main(["measure", "--carried", str(tmp_path), "--out", str(tmp_path / "out"), "--bench-repeats", "0"])
+    assert "--bench-repeats must be 1 or more, got 0" in capsys.readouterr().err
+
+
 def test_wheels_install_once_and_a_state_with_another_carrys_wheels_is_refused(tmp_path, monkeypatch):
     """A second measure on a warm machine reuses the install; a new carry landed on the same state
     (its wheels.tar unpacks beside the old wheels) must not silently keep the old packages."""

@@ -114,6 +114,31 @@ def test_the_committed_report_adds_session_27s_graph_grid_and_its_run_to_run_spr
     assert "across CUDA-graph runs" not in alone  # one run: nothing to compare it with
 
 
+def test_a_runs_repeats_get_their_own_tables_and_count_as_samples_of_the_spread(tmp_path):
+    """`measure --bench-repeats 2`: call 98's cells again as repeat 1 (int8 10% slower there). The run's
+    section shows both passes; the across-runs table takes each pass as its own sample, so one run with
+    repeats is enough to show a spread."""
+    summary = json.loads(CALL98.read_text())
+    again = []
+    for c in summary["bench"]["cells"]:
+        c2 = dict(c, repeat=1)
+        if c["arm"] == "int8":
+            c2["mean_decode_tok_s"] = c["mean_decode_tok_s"] * 0.9
+        again.append(c2)
+    summary["bench"]["cells"] += again
+    summary["bench"]["skipped"] = [{"arm": "bf16", "input_len": 131072, "concurrency": 16, "repeat": 2, "reason": "device budget"}]
+    path = tmp_path / "s.json"
+    path.write_text(json.dumps(summary))
+    md = report_of(tmp_path / "o", ((99, path),))
+    assert "Repeat 0 (arm order shifted by 0):" in md and "Repeat 1 (arm order shifted by 1):" in md
+    assert "| 128K | 16 | 8904 / 12221 / 9930 | 29.5 / 22.6 / 28.9 | 1.31x |" in md
+    assert md.split("Repeat 1 (arm order")[1].count("| 26.6 / 22.6 / 28.9 | 1.18x |") == 1
+    assert "| 128K | 16 | 1.31x (99), 1.18x (99r1) |" in md
+    assert "Skipped for the device budget: 128K x c16 (bf16, repeat 2)." in md
+    single = report_of(tmp_path / "p", ((98, CALL98),))
+    assert "Repeat 0" not in single and "across CUDA-graph runs" not in single
+
+
 def test_failed_cells_and_missing_phases_are_said_not_hidden(tmp_path):
     summary = json.loads(CALL25.read_text())
     summary["fidelity"] = {"error": "RuntimeError: the bf16 KV server is not ready"}
