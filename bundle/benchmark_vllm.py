@@ -454,6 +454,16 @@ async def run_specs(
     return list(outputs), time.perf_counter() - start
 
 
+async def workload_prompts(
+    client: httpx.AsyncClient, base_url: str, model: str, wl: Workload, *, nonce: str
+) -> list[str]:
+    """The num_prompts + 1 prompts run_workload sends for `wl` (the last, cut short, warms up)."""
+    return [
+        await make_prompt(client, base_url, model, wl.input_len, tag=f"{nonce}-{wl.name}-{i}")
+        for i in range(wl.num_prompts + 1)
+    ]
+
+
 async def run_workload(
     client: httpx.AsyncClient,
     base_url: str,
@@ -462,16 +472,22 @@ async def run_workload(
     *,
     nonce: str | None = None,
     on_done: Callable[[], None] | None = None,
+    prompts: Sequence[str] | None = None,
 ) -> dict[str, Any]:
     """Run one workload (with one untimed warm-up request) and return its vLLM-style result.
 
     Prompts are tagged with a fresh nonce per run, so neither an earlier workload nor an
-    earlier run on the same server turns prefill into a prefix-cache hit."""
+    earlier run on the same server turns prefill into a prefix-cache hit. `prompts` (from
+    workload_prompts with the same nonce) sends the same prompts to several servers, so arms
+    compared side by side prefill the same tokens, and fitting them is paid once."""
     nonce = nonce or secrets.token_hex(4)
-    prompts = [
-        await make_prompt(client, base_url, model, wl.input_len, tag=f"{nonce}-{wl.name}-{i}")
-        for i in range(wl.num_prompts + 1)
-    ]
+    if prompts is None:
+        prompts = await workload_prompts(client, base_url, model, wl, nonce=nonce)
+    elif len(prompts) != wl.num_prompts + 1:
+        raise ValueError(
+            f"prompts: {len(prompts)} given, but workload {wl.name} sends num_prompts + 1 = "
+            f"{wl.num_prompts + 1} (the last warms up); build them with workload_prompts"
+        )
     specs = [RequestSpec(max_tokens=wl.output_len, prompt=p) for p in prompts]
     await stream_request(client, base_url, model, RequestSpec(max_tokens=4, prompt=prompts[-1][:200]))
     outputs, duration = await run_specs(

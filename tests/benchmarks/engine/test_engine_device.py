@@ -492,6 +492,38 @@ def test_bench_repeats_run_the_cells_again_and_keep_each_pass_apart(tmp_path, fr
         f"bench-{a}-in8192-c{c}{r}.json" for a in ("int8", "fp8") for c in (1, 4) for r in ("", "-r1"))
 
 
+@pytest.mark.docker
+@pytest.mark.slow
+def test_every_arm_of_a_cell_is_sent_the_same_prompts_against_a_real_server(cpu_smoke_url, monkeypatch, tmp_path):
+    """The cpu-smoke vLLM server stands in for each arm (only the prompts are under test): one cell of
+    64-token prompts, 3 arms. Every arm's result names the same prompt nonce and prefilled the same
+    number of tokens: the prompts were fitted once, on the first arm's server, and sent to all."""
+    import asyncio
+    from types import SimpleNamespace
+
+    import httpx
+
+    from builder.measure.core import bench
+
+    async def served() -> str:
+        async with httpx.AsyncClient() as client:
+            return (await bench._served_model(client, cpu_smoke_url))[0]
+
+    model = asyncio.run(served())
+    monkeypatch.setattr(device, "BENCH_LENGTHS", (64,))
+    monkeypatch.setattr(device, "BENCH_CONCURRENCY", (1,))
+    arms = ["int8", "fp8", "bf16"]
+    servers = {a: {"url": cpu_smoke_url, "cfg": SimpleNamespace(model=SimpleNamespace(served_name=model),
+                                                                  kv_cache=SimpleNamespace(dtype=a))} for a in arms}
+    work = tmp_path / "work"
+    work.mkdir()
+    out = asyncio.run(device.run_bench(servers, arms, work, device.Clock(600), reserve_s=0))
+    cells = out["cells"]
+    assert [c["arm"] for c in cells] == arms and all(c.get("completed") == 2 for c in cells), cells
+    assert len({c["prompt_nonce"] for c in cells}) == 1
+    assert len({c["total_input_tokens"] for c in cells}) == 1 and 100 <= cells[0]["total_input_tokens"] <= 128
+
+
 def test_bench_repeats_below_one_are_refused(tmp_path, capsys):
     (tmp_path / "manifest.json").write_text("{}")
     with pytest.raises(SystemExit):
