@@ -66,3 +66,16 @@ def test_any_monotone_count_gets_the_bisection_answer_within_three_times_its_cal
 def test_everything_fits_in_one_call_and_a_head_too_long_gives_zero():
     assert _fit([3, 4, 5], 10) == (2, 1)
     assert _fit([30, 40, 50], 10)[0] == 0
+
+
+def test_given_prompts_must_be_one_per_request_plus_the_warm_up():
+    import httpx
+
+    wl = bench.Workload("in64-c1", "concurrency", 64, 4, 2, 1)
+
+    async def go():
+        async with httpx.AsyncClient() as client:  # refused before any request is sent
+            await bench.run_workload(client, "http://127.0.0.1:9", "m", wl, prompts=["a", "b"])
+
+    with pytest.raises(ValueError, match=r"prompts: 2 given, but workload in64-c1 sends num_prompts \+ 1 = 3"):
+        asyncio.run(go())
