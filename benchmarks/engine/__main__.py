@@ -8,18 +8,20 @@
 `prepare` prints the device calls; run them back to back (the machine stays warm 30 s).
 `prepare --triton-cache FILE` sends a Triton cache an earlier `measure` brought back
 ($OUT/triton-cache.tar.xz) with the measuring call, so fresh servers skip most of their compiles.
+`prepare --phases P --bench-cells LENxCONC,... --bench-repeats N` puts those into the measuring call.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import shlex
 import shutil
 import subprocess
 import sys
 from pathlib import Path
 
-from benchmarks.engine.device import CACHE_ARCHIVE
+from benchmarks.engine.device import CACHE_ARCHIVE, PHASES, parse_bench_cells
 from builder.atomic import replace_dir
 from builder.constants import LAUNCH_MIDDLEWARE_NAME, LAUNCH_TEMPLATES_DIR, PATCHES_DIR, REPO_ROOT
 from builder.errors import BuilderError, EngineHarnessError
@@ -74,9 +76,10 @@ LAYOUT_KINDS = {"tp1": "nvidia-h200", "tp2-ep": "nvidia-h200-x2"}
 
 
 def device_calls(*, out: Path, repo_rel: str, pieces: list[str], budget_s: int, layout: str = "tp1",
-                 graphs: bool = False, triton_cache: bool = False) -> list[dict]:
-    """One call per piece; the last one also measures. Paths are relative to the repo root the
-    run tool sends (carry names them there); `kind` is the device kind every call must ask for."""
+                 graphs: bool = False, triton_cache: bool = False, measure_args: tuple[str, ...] = ()) -> list[dict]:
+    """One call per piece; the last one also measures, with measure_args (--phases, --bench-cells,
+    --bench-repeats) added. Paths are relative to the repo root the run tool sends (carry names them
+    there); `kind` is the device kind every call must ask for."""
     run = f"{repo_rel}/run"
     carry_dir = f"{repo_rel}/carry"
     caches = f"{repo_rel}/{CACHE_DIR}"
@@ -87,7 +90,8 @@ def device_calls(*, out: Path, repo_rel: str, pieces: list[str], budget_s: int, 
         cmd = (
             f"set -o pipefail; PYTHONUNBUFFERED=1 {driver} measure --carried {carry_dir} --state /tmp/e18 "
             f"--out $OUT --budget-s {budget_s} --layout {layout}{' --graphs' if graphs else ''}"
-            f"{f' --triton-cache {caches}/{CACHE_ARCHIVE}' if triton_cache else ''} 2>&1 | tee $OUT/driver.log"
+            f"{f' --triton-cache {caches}/{CACHE_ARCHIVE}' if triton_cache else ''}"
+            f"{''.join(' ' + shlex.quote(a) for a in measure_args)} 2>&1 | tee $OUT/driver.log"
             if last else f"{driver} land --carried {carry_dir} --state /tmp/e18"
         )
         carry = [run, f"{carry_dir}/manifest.json", f"{carry_dir}/{piece}", *([caches] if last and triton_cache else [])]
@@ -97,7 +101,7 @@ def device_calls(*, out: Path, repo_rel: str, pieces: list[str], budget_s: int, 
 
 
 def prepare(*, out: Path, repo_root: Path, budget_s: int, piece_mib: int | None, layout: str = "tp1",
-            graphs: bool = False, triton_cache: Path | None = None) -> dict:
+            graphs: bool = False, triton_cache: Path | None = None, measure_args: tuple[str, ...] = ()) -> dict:
     from benchmarks.engine.carry import assemble
     from benchmarks.engine.lock import fetch_wheels
     from builder.hashing import sha256_file
@@ -138,7 +142,8 @@ def prepare(*, out: Path, repo_root: Path, budget_s: int, piece_mib: int | None,
     else:
         (out / CACHE_DIR / CACHE_ARCHIVE).unlink(missing_ok=True)
     calls = device_calls(out=out, repo_rel=str(out.relative_to(repo_root)), pieces=[p.name for p in manifest.pieces],
-                         budget_s=budget_s, layout=layout, graphs=graphs, triton_cache=triton_cache is not None)
+                         budget_s=budget_s, layout=layout, graphs=graphs, triton_cache=triton_cache is not None,
+                         measure_args=measure_args)
     (out / "calls.json").write_text(json.dumps(calls, indent=2) + "\n")
     return {"pieces": [(p.name, p.size) for p in manifest.pieces], "calls": calls}
 
@@ -159,6 +164,9 @@ def main(argv: list[str] | None = None) -> int:
                       help="carry nvidia-cutlass-dsl and quack-kernels (graphs.lock, ~105 MB: two more pieces) and measure with CUDA graphs")
     prep.add_argument("--triton-cache", type=Path,
                       help=f"a {CACHE_ARCHIVE} an earlier measure call brought back: sent with the measuring call")
+    prep.add_argument("--phases", help=f"the measuring call's phases, a comma list of {','.join(PHASES)} (default: all)")
+    prep.add_argument("--bench-cells", help="the measuring call's bench cells, LENxCONC comma list (default: all)")
+    prep.add_argument("--bench-repeats", type=int, default=1, help="the measuring call runs its bench cells this many times")
     args = p.parse_args(argv)
     try:
         if args.command == "wheels":
@@ -173,9 +181,26 @@ def main(argv: list[str] | None = None) -> int:
             out, root = args.out.resolve(), args.repo_root.resolve()
             if not out.is_relative_to(root):
                 p.error(f"--out {out} must lie inside --repo-root {root}")
+            measure_args: list[str] = []
+            if args.phases is not None:
+                phases = [x for x in args.phases.split(",") if x]
+                if not phases or set(phases) - set(PHASES):
+                    p.error(f"--phases: choose from {','.join(PHASES)}, got {args.phases!r}")
+                measure_args += ["--phases", ",".join(phases)]
+            if args.bench_cells:
+                try:
+                    parse_bench_cells(args.bench_cells)
+                except ValueError as exc:
+                    p.error(f"--bench-cells: {exc}")
+                measure_args += ["--bench-cells", args.bench_cells]
+            if args.bench_repeats < 1:
+                p.error(f"--bench-repeats must be 1 or more, got {args.bench_repeats}")
+            if args.bench_repeats > 1:
+                measure_args += ["--bench-repeats", str(args.bench_repeats)]
             print(json.dumps(prepare(out=out, repo_root=root, budget_s=args.budget_s, piece_mib=args.piece_mib,
                                      layout=args.layout, graphs=args.graphs,
-                                     triton_cache=args.triton_cache.resolve() if args.triton_cache else None), indent=2))
+                                     triton_cache=args.triton_cache.resolve() if args.triton_cache else None,
+                                     measure_args=tuple(measure_args)), indent=2))
     except BuilderError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return exc.exit_code

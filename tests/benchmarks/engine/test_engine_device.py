@@ -93,6 +93,30 @@ def test_one_call_per_piece_the_last_measures(tmp_path):
     assert all(len(c["command"]) <= 2000 for c in calls)  # the run tool's limit
 
 
+def test_the_measuring_call_takes_phases_cells_and_repeats_from_prepare(tmp_path):
+    calls = device_calls(out=tmp_path, repo_rel=".dev/e", pieces=["piece-00", "piece-01"], budget_s=510,
+                         measure_args=("--phases", "bench", "--bench-cells", "32768x1,131072x1", "--bench-repeats", "3"))
+    assert "--phases" not in calls[0]["command"]  # land calls stay as they are
+    assert calls[-1]["command"].endswith(
+        "--layout tp1 --phases bench --bench-cells 32768x1,131072x1 --bench-repeats 3 2>&1 | tee $OUT/driver.log")
+    argv = calls[-1]["command"].split(" 2>&1")[0].split("device.py ")[1].split()
+    assert argv[argv.index("--bench-repeats") + 1] == "3"
+
+
+@pytest.mark.parametrize(("flag", "value", "said"), [
+    ("--phases", "bench,warp", "--phases: choose from gates,fidelity,bench"),
+    ("--bench-cells", "1x1", "--bench-cells: '1x1' is not a grid cell"),
+    ("--bench-repeats", "0", "--bench-repeats must be 1 or more, got 0"),
+])
+def test_prepare_refuses_measure_arguments_the_measuring_call_would_refuse(tmp_path, capsys, flag, value, said):
+    from benchmarks.engine.__main__ import main
+
+    with pytest.raises(SystemExit):
+        main(["prepare", "--out", str(tmp_path / "e"), "--repo-root", str(tmp_path), flag, value])
+    assert said in capsys.readouterr().err
+    assert not (tmp_path / "e").exists()  # refused before anything is written
+
+
 def test_prepare_refuses_a_measuring_budget_the_device_call_cannot_hold(tmp_path, capsys):
     from benchmarks.engine.__main__ import main
 
