@@ -21,7 +21,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from benchmarks.engine.device import CACHE_ARCHIVE, PHASES, parse_bench_cells
+from benchmarks.engine.device import CACHE_ARCHIVE, PHASES, parse_bench_cells, parse_phases
 from builder.atomic import replace_dir
 from builder.constants import LAUNCH_MIDDLEWARE_NAME, LAUNCH_TEMPLATES_DIR, PATCHES_DIR, REPO_ROOT
 from builder.errors import BuilderError, EngineHarnessError
@@ -183,10 +183,10 @@ def main(argv: list[str] | None = None) -> int:
                 p.error(f"--out {out} must lie inside --repo-root {root}")
             measure_args: list[str] = []
             if args.phases is not None:
-                phases = [x for x in args.phases.split(",") if x]
-                if not phases or set(phases) - set(PHASES):
-                    p.error(f"--phases: choose from {','.join(PHASES)}, got {args.phases!r}")
-                measure_args += ["--phases", ",".join(phases)]
+                try:
+                    measure_args += ["--phases", ",".join(parse_phases(args.phases))]
+                except ValueError as exc:
+                    p.error(f"--phases: {exc}")
             if args.bench_cells:
                 try:
                     parse_bench_cells(args.bench_cells)

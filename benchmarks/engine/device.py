@@ -573,6 +573,14 @@ async def run_bench(servers: dict, ready: list[str], work: Path, clock: Clock, r
     return result
 
 
+def parse_phases(text: str) -> tuple[str, ...]:
+    """'gates,bench' -> ('gates', 'bench'); refuses an empty list or a phase not in PHASES."""
+    phases = tuple(x for x in text.split(",") if x)
+    if not phases or set(phases) - set(PHASES):
+        raise ValueError(f"choose from {','.join(PHASES)}, got {text!r}")
+    return phases
+
+
 def parse_bench_cells(text: str) -> frozenset[tuple[int, int]] | None:
     """'131072x4,131072x16' -> {(131072, 4), (131072, 16)}; '' -> None (every cell)."""
     if not text.strip():
@@ -726,9 +734,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.bench_repeats < 1:
         p.error(f"--bench-repeats must be 1 or more, got {args.bench_repeats}")
     args.out.mkdir(parents=True, exist_ok=True)
-    phases = tuple(x for x in args.phases.split(",") if x)
-    if not phases or set(phases) - set(PHASES):
-        p.error(f"--phases: choose from {','.join(PHASES)}, got {args.phases!r}")
+    try:
+        phases = parse_phases(args.phases)
+    except ValueError as exc:
+        p.error(f"--phases: {exc}")
     try:
         cells = parse_bench_cells(args.bench_cells)
     except ValueError as exc:

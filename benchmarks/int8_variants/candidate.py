@@ -14,7 +14,6 @@ QFN_QSA_PATCHED_TREE=CANDIDATE) and then the grid, not a result by itself.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import sys
 from pathlib import Path
 
@@ -32,18 +31,6 @@ from qsa_loader import OPS_PACKAGE, OPS_RELPATH, load_file_as, load_ops_module, 
 DEFAULTS = {"contexts": "32768,131072", "rows": "decode 64x5,decode 256x5,prefill 2048"}
 
 
-def load_candidate(tree: Path):
-    """The candidate's qsa.py inside the shipped ops package, so its relative imports (qsa_kv_layout)
-    resolve to the shipped modules it did not change."""
-    name = f"{OPS_PACKAGE}.qsa_candidate"
-    spec = importlib.util.spec_from_file_location(name, tree / OPS_RELPATH / "qsa.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     add_grid_arguments(parser, reps=15, defaults=DEFAULTS)
@@ -53,7 +40,8 @@ def main() -> None:
 
     ops = load_qsa_ops(args.engine)
     layout = load_ops_module("qsa_kv_layout")
-    candidate = load_candidate(args.candidate)
+    # Inside the shipped ops package, so its relative imports (qsa_kv_layout) resolve to the modules it did not change.
+    candidate = load_file_as(args.candidate / OPS_RELPATH / "qsa.py", f"{OPS_PACKAGE}.qsa_candidate")
     upstream = load_file_as(args.upstream / OPS_RELPATH / "qsa.py", "qsa_upstream_ops")
     pools = build_pools(ops, layout, tokens=POOL_TOKENS)
     modules = {"fp8": (upstream, "fp8"), "int8": (ops, "int8"), "candidate": (candidate, "int8")}
