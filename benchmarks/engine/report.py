@@ -311,26 +311,23 @@ def plot(runs: list[Run], out: Path) -> Path | None:
     import matplotlib.pyplot as plt
 
     cols = max(len(grids), 1)
-    fig, axes = plt.subplots(3, cols, figsize=(6 * cols, 11), squeeze=False)
+    fig = plt.figure(figsize=(6 * cols, 11))
+    layout = fig.add_gridspec(3, cols)  # a column of bars per grid run; the ratio row spans them all
     for col, run in enumerate(grids):
         grid = cells_by_key(run.summary)
         keys = list(grid)
         xs = range(len(keys))
         for row, (metric, title) in enumerate((("mean_ttft_ms", "mean TTFT (ms)"), ("mean_decode_tok_s", "decode tok/s per request"))):
-            ax = axes[row][col]
+            ax = fig.add_subplot(layout[row, col])
             for i, arm in enumerate(ARMS):
                 ax.bar([x + (i - 1) * 0.27 for x in xs], [grid[k].get(arm, {}).get(metric, 0) for k in keys], 0.27, label=arm)
             ax.set_xticks(list(xs), [f"{k[0] // 1024}K c{k[1]}" for k in keys], rotation=30)
             ax.set_title(f"call {run.call}, {run.mode}: {title}", fontsize=10)
             if row == 0:
                 ax.set_yscale("log")
-        axes[1][col].legend()
-    for col in range(len(grids), cols):
-        axes[0][col].axis("off")
-        axes[1][col].axis("off")
-    ax = fig.add_subplot(3, 1, 3)
-    for col in range(cols):
-        axes[2][col].axis("off")
+            else:
+                ax.legend()
+    ax = fig.add_subplot(layout[2, :])
     keys = sorted(set(ratios["fp8"]) | set(ratios["bf16"]))
     for j, (other, marker) in enumerate((("fp8", "o"), ("bf16", "s"))):
         xs = [i + (j - 0.5) * 0.2 for i, k in enumerate(keys) for _ in ratios[other].get(k, [])]
