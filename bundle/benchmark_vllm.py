@@ -340,8 +340,9 @@ async def largest_fitting(count: Callable[[int], Awaitable[int]], limit: int, n_
     known counts (tokens grow nearly in proportion to words; the Illinois rule halves a stale
     end's weight so the bracket closes from both sides), and wherever two probes have not
     halved the bracket the next one bisects, so no count takes more than 3 x log2(n_items)
-    calls. At 128K tokens a count is a ~1 MB /tokenize round trip: bisection's 18 per prompt
-    were most of a long-prompt benchmark cell; this takes about 5."""
+    calls. At 128K tokens a count is a ~1 MB /tokenize round trip: bisection's ~18 per prompt
+    were most of a long-prompt benchmark cell; on word-like counts this takes at most 8
+    (tests/measure/test_prompt_fit.py)."""
     # f(k) = count(k) - limit - 0.5: negative where k fits, and never 0.
     lo, f_lo = 0, -limit - 0.5  # count(0) is taken as fitting: k = 0 is the last resort
     hi, f_hi = n_items, await count(n_items) - limit - 0.5
