@@ -14,6 +14,8 @@
 #   2026-12-02 (session 26): grid-sweep grid tests memcheck (the picker keys buckets on width too), then ncu-grid
 #   2026-12-01 (session 24): paired-scales (candidate), then with the paired tail shipped: tests grid paired-scales memcheck,
 #     store-bench ncu-grid (store-bench's two files kept as qsa-int8-store-paired-h200.*), occupancy
+#   2026-12-02 (session 28): candidate (QFN_QSA_CANDIDATE_NAME=deferred-bias-tile1, -tile2), then with tile2
+#     shipped: tests memcheck grid, store-floor ncu-grid
 #   Earlier evidence (kernel before issue 13; files named in evidence/kernels/README.md):
 #   benchmarks/kernel_evidence.sh PATCHED UPSTREAM OUT memcheck mutation sweep layouts trims store ncu
 #
@@ -94,6 +96,9 @@ for step in "$@"; do
       python benchmarks/qsa_int8_mma_emulation.py > "$OUT/qsa-int8-mma-emulation.txt" ;;
     store-bench)
       python benchmarks/qsa_store_bench.py --engine "$E" --out "$OUT" > "$OUT/qsa-int8-store-h200.txt" 2>&1 ;;
+    store-floor)
+      # The write against kernels doing one step less each (copy kernel, empty, loads+stores, +absmax, +divides).
+      python benchmarks/int8_variants/store_floor.py --engine "$E" --out "$OUT" > "$OUT/qsa-int8-store-floor-h200.txt" 2>&1 ;;
     store-sweep)
       # Every (tokens per program, warps) at every write size: where _store_int8_launch comes from.
       python benchmarks/qsa_store_bench.py --engine "$E" --out "$OUT" --sweep --reps 10 > "$OUT/qsa-int8-store-sweep-h200.txt" 2>&1 ;;
