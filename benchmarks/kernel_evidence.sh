@@ -15,7 +15,8 @@
 #   2026-12-01 (session 24): paired-scales (candidate), then with the paired tail shipped: tests grid paired-scales memcheck,
 #     store-bench ncu-grid (store-bench's two files kept as qsa-int8-store-paired-h200.*), occupancy
 #   2026-12-02 (session 28): candidate (QFN_QSA_CANDIDATE_NAME=deferred-bias-tile1, -tile2), then with tile2
-#     shipped: tests memcheck grid, store-floor ncu-grid
+#     shipped: tests memcheck grid, store-floor ncu-grid; the deferral's mutants (mutA: no after-loop subtraction,
+#     mutB: carried bias not rescaled) by hand: QFN_QSA_PATCHED_TREE=MUTANT pytest -k "window_and_table_entry or smollm2 or edge_cases"
 #   Earlier evidence (kernel before issue 13; files named in evidence/kernels/README.md):
 #   benchmarks/kernel_evidence.sh PATCHED UPSTREAM OUT memcheck mutation sweep layouts trims store ncu
 #
