@@ -84,6 +84,18 @@ def test_aot_compiles_every_production_config_within_shared_memory(patched_tree,
     assert all(c.cache_dtype == "int8" and 0 < c.shared_bytes <= 101_376 and c.registers > 0 for c in report.configs)
 
 
+def test_no_sm90_int8_tile_spills(patched_tree):
+    """The 64+ token tiles defer each tile's V bias to the next rescale; the one-warp 32-token
+    tiles sit at 255 registers and spill 8-16 B with it, so the kernel gates the deferral on
+    BLOCK_N. With the gate removed (control, evidence/kernels/README.md) every 32/1 entry spills."""
+    pytest.importorskip("triton")
+    from builder.patches.aot import compile_qsa_kernels
+
+    report = compile_qsa_kernels(engine_root=patched_tree, arch="sm_90", cache_dtypes=("int8",))
+    assert len(report.configs) == 24
+    assert [(c.num_query_heads, c.block_n, c.num_warps, c.num_splits, c.local_bytes) for c in report.configs if c.local_bytes] == []
+
+
 def test_aot_refuses_a_config_over_the_arch_limit(patched_tree, monkeypatch):
     pytest.importorskip("triton")
     from builder.errors import KernelFitError
