@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # The GPU runs behind evidence/kernels/, one step per argument, on a machine with the GPU.
 #   PATCHED: vllm 0.33.0 QSA sources with the series applied (builder patches apply --to DIR)
+#   On the lent device a call returns at most 8 files from its $OUT: give OUT a git-ignored folder
+#   (e.g. .dev/kout) and end the command with tar czf "$OUT/kout.tgz" -C .dev/kout .
 #   UPSTREAM: the same sources unpatched; OUT: where the logs and JSON go
 #   QFN_QSA_SMOLLM2_KV: real SmolLM2 K/V/Q for the window tests and accuracy
 #     (python benchmarks/capture_smollm2_kv.py --num-layers 4 --out .dev/smollm2_kv.pt, on a CPU machine)
