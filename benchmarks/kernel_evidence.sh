@@ -100,7 +100,8 @@ for step in "$@"; do
     store-bench)
       python benchmarks/qsa_store_bench.py --engine "$E" --out "$OUT" > "$OUT/qsa-int8-store-h200.txt" 2>&1 ;;
     store-floor)
-      # The write against kernels doing one step less each (copy kernel, empty, loads+stores, +absmax, +divides).
+      # The write against kernels doing one step less each (copy kernel, empty, loads+stores, +absmax, +divides),
+      # and fastdiv: the shipped bytes without div_rn (byte-compared; benchmarks/int8_variants/store_divide.py).
       python benchmarks/int8_variants/store_floor.py --engine "$E" --out "$OUT" > "$OUT/qsa-int8-store-floor-h200.txt" 2>&1 ;;
     store-sweep)
       # Every (tokens per program, warps) at every write size: where _store_int8_launch comes from.

@@ -9,9 +9,12 @@ qsa_store_bench.GRAPH_LAUNCHES launches replayed, per launch, arms interleaved p
   absmax:  gather plus each row's absmax (stored as its scale)
   divide:  absmax plus the write's two IEEE divides (scale, then 1 / scale; values times it, truncated)
   shipped: qsa_store_int8_kv (divide plus round-half-away and the clamp)
+  fastdiv: shipped's math with absmax / 127 as a product and two FMA corrections and 1 / scale as
+           rcp_rn, byte-compared with shipped (store_divide.py proves the division identical for
+           every bf16 absmax; rcp_rn is 1 / x correctly rounded, as div_rn(1, x) is)
 Each arm adds one step of the write's chain to the one before: the differences say what each
 costs; empty is the launch alone; kcopy against copy says what a kernel node costs over a
-memcpy node. Only shipped writes correct bytes: the others are timing probes.
+memcpy node. Only shipped and fastdiv write correct bytes: the others are timing probes.
 
     python benchmarks/int8_variants/store_floor.py --engine PATCHED --out DIR
 """
@@ -35,8 +38,9 @@ from qsa_grid import versions, write_json  # noqa: E402
 from qsa_loader import load_ops_module, load_qsa_ops  # noqa: E402
 from qsa_store_bench import PAGE, POOL_PAGES, SIZES, size_inputs, slots_for, time_pair  # noqa: E402
 
-ARMS = ("copy", "kcopy", "empty", "gather", "absmax", "divide", "shipped")
-STAGES = {"gather": 0, "absmax": 1, "divide": 2}
+ARMS = ("copy", "kcopy", "empty", "gather", "absmax", "divide", "shipped", "fastdiv")
+STAGES = {"gather": 0, "absmax": 1, "divide": 2, "fastdiv": 3}
+INV_127 = tl.constexpr(0.007874015718698502)  # fp32(1 / 127), exactly: store_divide.INV_127
 COPY_WORDS = 1024  # int32 words per program of kcopy: 4 KB, 8 words per thread at 4 warps
 
 
@@ -56,6 +60,19 @@ def _empty_store_kernel(key_ptr, value_ptr, key_cache_ptr, value_cache_ptr, k_sc
 
 
 @triton.jit
+def _round_clamp(q):
+    """The shipped _quantize_int8's rounding: half away from zero, clamped to [-128, 127]."""
+    return tl.minimum(tl.maximum(libdevice.round(q), -128.0), 127.0).to(tl.int8)
+
+
+@triton.jit
+def _div127_rn(a):
+    """a / 127 correctly rounded, as a product and two FMA corrections (store_divide.py)."""
+    q = libdevice.mul_rn(a, INV_127)
+    return libdevice.fma_rn(libdevice.fma_rn(-q, 127.0, a), INV_127, q)
+
+
+@triton.jit
 def _gather_store_kernel(key_ptr, value_ptr, key_cache_ptr, value_cache_ptr, k_scale_ptr, v_scale_ptr, slots_ptr,
                          stride_key_token, stride_key_head, stride_value_token, stride_value_head,
                          stride_cache_block, stride_cache_token, stride_cache_head,
@@ -63,7 +80,8 @@ def _gather_store_kernel(key_ptr, value_ptr, key_cache_ptr, value_cache_ptr, k_s
                          PAGE_SIZE: tl.constexpr, HEAD_DIM: tl.constexpr, NUM_HEADS: tl.constexpr,
                          BLOCK_H: tl.constexpr, BLOCK_T: tl.constexpr, STAGE: tl.constexpr):
     """_qsa_store_int8_kv_kernel's loads, addressing and stores; STAGE adds its math a step at a time
-    (0: none, values truncated; 1: the absmax; 2: and the two divides). Timing only."""
+    (0: none, values truncated; 1: the absmax; 2: and the two divides; timing only) or, with 3,
+    writes the shipped bytes with the cheaper division (fastdiv)."""
     tokens = tl.program_id(0) * BLOCK_T + tl.arange(0, BLOCK_T)
     in_range = tokens < num_tokens
     rows = tokens.to(tl.int64)
@@ -93,6 +111,11 @@ def _gather_store_kernel(key_ptr, value_ptr, key_cache_ptr, value_cache_ptr, k_s
         if STAGE == 1:
             k_out = k.to(tl.int8)
             v_out = v.to(tl.int8)
+        elif STAGE == 3:
+            k_scale = tl.maximum(_div127_rn(k_scale), 1e-6)
+            v_scale = tl.maximum(_div127_rn(v_scale), 1e-6)
+            k_out = _round_clamp(libdevice.mul_rn(k.to(tl.float32), libdevice.rcp_rn(k_scale)[:, :, None]))
+            v_out = _round_clamp(libdevice.mul_rn(v.to(tl.float32), libdevice.rcp_rn(v_scale)[:, :, None]))
         else:
             k_scale = tl.maximum(libdevice.div_rn(k_scale, 127.0), 1e-6)
             v_scale = tl.maximum(libdevice.div_rn(v_scale, 127.0), 1e-6)
@@ -117,6 +140,17 @@ def store_launch(ops, kernel, key, value, key_cache, value_cache, ks, vs, slots,
     )  # fmt: skip
 
 
+def fastdiv_matches(ops, caches, key, value, slots) -> bool:
+    """fastdiv and the shipped write leave the same bytes: K and V rows and both scales."""
+    for cache in caches:
+        for t in cache:
+            t.zero_()
+    ops.qsa_store_int8_kv(key, value, *caches[0], slots)
+    store_launch(ops, _gather_store_kernel, key, value, *caches[1], slots, STAGE=STAGES["fastdiv"])
+    torch.cuda.synchronize()
+    return all(torch.equal(a, b) for a, b in zip(*caches))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--engine", type=Path, required=True)
@@ -128,9 +162,11 @@ def main() -> None:
     gen = torch.Generator().manual_seed(0)
     rows = []
     print("us per write, CUDA graph replay; % = copy's time / the arm's time (qsa_store_bench's yardstick)")
-    print(f"{'size':<15}{'heads':>6}" + "".join(f"{a:>9}" for a in ARMS) + f"{'shipped %':>11}{'kcopy %':>9}{'gather %':>10}{'empty %':>9}")
+    print(f"{'size':<15}{'heads':>6}" + "".join(f"{a:>9}" for a in ARMS)
+          + f"{'shipped %':>11}{'kcopy %':>9}{'gather %':>10}{'empty %':>9}{'fastdiv %':>11}  fastdiv exact")  # fmt: skip
     for heads in (2, 1):
         _, key_cache, value_cache, ks, vs = int8_kv_cache(layout, POOL_PAGES, PAGE, heads)
+        checks = [int8_kv_cache(layout, POOL_PAGES, PAGE, heads)[1:] for _ in range(2)]
         for label, tokens, run in SIZES:
             key, value, src, dst = size_inputs(tokens, heads, gen)
             slots = slots_for("paged", tokens, run, gen)
@@ -149,13 +185,16 @@ def main() -> None:
             torch.cuda.synchronize()
             assert torch.equal(src, dst), "kcopy did not copy"
             us = {a: 1e3 * t["graph"] for a, t in time_pair(fns, reps=args.reps, modes=("graph",)).items()}
+            spread_key, spread_value, _, _ = size_inputs(tokens, heads, gen, spread=True)
+            exact = all(fastdiv_matches(ops, checks, k, v, slots) for k, v in ((key, value), (spread_key, spread_value)))
             row = {"size": label, "tokens": tokens, "kv_heads": heads, "slots": "paged", "bytes_moved": 2 * src.numel(),
-                   "us": us, "pct_of_copy": {a: 100 * us["copy"] / us[a] for a in ARMS}}  # fmt: skip
+                   "us": us, "pct_of_copy": {a: 100 * us["copy"] / us[a] for a in ARMS}, "fastdiv_exact": exact}  # fmt: skip
             rows.append(row)
             pct = row["pct_of_copy"]
             print(f"{label:<15}{heads:>6}" + "".join(f"{us[a]:>9.2f}" for a in ARMS)
-                  + f"{pct['shipped']:>11.1f}{pct['kcopy']:>9.1f}{pct['gather']:>10.1f}{pct['empty']:>9.1f}", flush=True)  # fmt: skip
-        del key_cache, value_cache, ks, vs
+                  + f"{pct['shipped']:>11.1f}{pct['kcopy']:>9.1f}{pct['gather']:>10.1f}{pct['empty']:>9.1f}"
+                  + f"{pct['fastdiv']:>11.1f}  {exact}", flush=True)  # fmt: skip
+        del key_cache, value_cache, ks, vs, checks
         torch.cuda.empty_cache()
     write_json(args.out, "qsa-int8-store-floor-h200.json", {"arms": ARMS, "rows": rows, "versions": versions()})
 
