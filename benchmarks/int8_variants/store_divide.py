@@ -16,7 +16,7 @@ from fractions import Fraction
 
 import numpy as np
 
-INV_127 = np.float32(1) / np.float32(127)  # store_floor.INV_127
+INV_127 = np.float32(1) / np.float32(127)  # store_floor.py's fastdiv uses this constant
 
 
 def bf16_magnitudes() -> np.ndarray:

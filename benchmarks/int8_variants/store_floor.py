@@ -37,10 +37,11 @@ from qsa_cases import int8_kv_cache  # noqa: E402
 from qsa_grid import versions, write_json  # noqa: E402
 from qsa_loader import load_ops_module, load_qsa_ops  # noqa: E402
 from qsa_store_bench import PAGE, POOL_PAGES, SIZES, size_inputs, slots_for, time_pair  # noqa: E402
+from store_divide import INV_127 as _INV_127_F32  # noqa: E402
 
 ARMS = ("copy", "kcopy", "empty", "gather", "absmax", "divide", "shipped", "fastdiv")
 STAGES = {"gather": 0, "absmax": 1, "divide": 2, "fastdiv": 3}
-INV_127 = tl.constexpr(0.007874015718698502)  # fp32(1 / 127), exactly: store_divide.INV_127
+INV_127 = tl.constexpr(float(_INV_127_F32))  # fp32(1 / 127), the constant store_divide.py proves
 COPY_WORDS = 1024  # int32 words per program of kcopy: 4 KB, 8 words per thread at 4 warps
 
 
