@@ -25,7 +25,7 @@
 # sweep and grid-sweep rewrite _SM90_INT8_TABLE in PATCHED (benchmarks/qsa_int8_table.py); run
 # `builder patches refresh --from PATCHED` afterwards to carry it into the diff.
 # Afterwards, on any machine: python benchmarks/qsa_grid_report.py --grid OUT/qsa-grid-h200.json --out OUT \
-#   --ncu OUT/qsa-grid-ncu-h200.json
+#   --ncu OUT/qsa-grid-ncu-h200.json [--baseline OLD.json]   # session 28: OLD = git show 77755c7:evidence/kernels/qsa-grid-h200.json
 set -euo pipefail
 E=$1 U=$2 OUT=$3
 shift 3

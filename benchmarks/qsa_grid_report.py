@@ -1,20 +1,23 @@
 """Tables and heatmaps of a qsa_grid.py run: int8 vs fp8 and vs bf16 at every grid point (CPU).
 
 Writes <out>/qsa-grid-h200.png (two heatmaps of speedup by CUDA-graph time: fp8 / int8 and
-bf16 / int8) and <out>/qsa-grid-h200.txt (every point, then the points that miss the
-goal with the numbers that name their limiter).
+bf16 / int8) and <out>/qsa-grid-h200.txt (every point, the ranges per row shape and the goal per
+context, then the points that miss the goal with the numbers that name their limiter).
 
     python benchmarks/qsa_grid_report.py --grid evidence/kernels/qsa-grid-h200.json --out evidence/kernels \
-        [--ncu evidence/kernels/qsa-grid-ncu-h200.json]
+        [--ncu evidence/kernels/qsa-grid-ncu-h200.json] [--baseline OLD_GRID.json]
 
 With --ncu (benchmarks/qsa_grid_ncu.py's table), profiled misses are named from their counters,
-and the rest by the inference those profiles support.
+and the rest by the inference those profiles support. With --baseline (an earlier grid, e.g.
+`git show REV:evidence/kernels/qsa-grid-h200.json`), each row shape's median time ratio against
+it, for fp8 (how far the machine moved between the runs) and int8.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import statistics
 from pathlib import Path
 
 HEAD_DIM = 256
@@ -117,6 +120,48 @@ def summary(grid: dict, profiled: dict[str, dict] | None = None) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _shape(point: dict) -> str:
+    return f"{point['rows_label']} {point['q_heads']}/{point['kv_heads']}"
+
+
+def by_shape(grid: dict) -> str:
+    """Per row shape: int8's speedup ranges and its goal count; then the in-scope goal per context."""
+    points = grid["points"]
+    lines = ["rows          x fp8 (graph)  x bf16 (graph)  goal met"]
+    for rows in dict.fromkeys(p["rows_label"] for p in points):
+        ps = [p for p in points if p["rows_label"] == rows]
+        fp8 = [p["int8_speedup_over_fp8"]["graph"] for p in ps]
+        bf16 = [p["int8_speedup_over_bf16"]["graph"] for p in ps]
+        lines.append(f"{rows:<14}{min(fp8):.2f}-{max(fp8):.2f}{'':>5}{min(bf16):.2f}-{max(bf16):.2f}{'':>6}"
+                     f"{sum(p['goal_met'] for p in ps)} of {len(ps)} ({sum(p['goal_in_scope'] for p in ps)} in scope)")  # fmt: skip
+    lines.append("")
+    for context in dict.fromkeys(p["context"] for p in points):
+        for phase, prefill in (("decode", False), ("prefill", True)):
+            ps = [p for p in points if p["context"] == context and p["prefill"] == prefill and p["goal_in_scope"]]
+            if ps:
+                fp8 = [p["int8_speedup_over_fp8"]["graph"] for p in ps]
+                lines.append(f"ctx{context // 1024}K {phase}: goal met at {sum(p['goal_met'] for p in ps)} of {len(ps)}"
+                             f" in-scope points, x fp8 {min(fp8):.2f}-{max(fp8):.2f}")  # fmt: skip
+    return "\n".join(lines) + "\n"
+
+
+def against(grid: dict, baseline: dict) -> str:
+    """Per row shape and GQA: the median (and int8's range) of this grid's CUDA-graph time over the
+    baseline's at the points both measured. fp8 is unchanged code, so its ratio is the runs' drift."""
+    old = {p["name"]: p for p in baseline["points"]}
+    shapes: dict[str, list[tuple[float, float]]] = {}
+    for p in grid["points"]:
+        if p["name"] in old:
+            t = {arm: p["ms"][arm]["graph"] / old[p["name"]]["ms"][arm]["graph"] for arm in ("fp8", "int8")}
+            shapes.setdefault(_shape(p), []).append((t["fp8"], t["int8"]))
+    lines = ["time / baseline's    fp8 median  int8 median (min-max)"]
+    for shape, ratios in shapes.items():
+        fp8, int8 = [r[0] for r in ratios], [r[1] for r in ratios]
+        lines.append(f"{shape:<21}{statistics.median(fp8):>10.3f}{statistics.median(int8):>13.3f} "
+                     f"({min(int8):.3f}-{max(int8):.3f})")  # fmt: skip
+    return "\n".join(lines) + "\n"
+
+
 def heatmaps(grid: dict, path: Path) -> None:
     import matplotlib
 
@@ -154,6 +199,7 @@ def main() -> None:
     parser.add_argument("--grid", type=Path, required=True)
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--ncu", type=Path, help="qsa_grid_ncu.py's JSON: name profiled misses from their counters")
+    parser.add_argument("--baseline", type=Path, help="an earlier qsa-grid JSON: time ratios against it per row shape")
     args = parser.parse_args()
     grid = json.loads(args.grid.read_text())
     profiled: dict[str, dict] = {}
@@ -161,7 +207,9 @@ def main() -> None:
         for row in json.loads(args.ncu.read_text())["rows"]:
             profiled.setdefault(row["point"], {})[row["arm"]] = row
     args.out.mkdir(parents=True, exist_ok=True)
-    text = summary(grid, profiled)
+    text = summary(grid, profiled) + "\n" + by_shape(grid)
+    if args.baseline:
+        text += f"\nagainst {args.baseline.name}:\n" + against(grid, json.loads(args.baseline.read_text()))
     (args.out / "qsa-grid-h200.txt").write_text(text)
     print(text)
     heatmaps(grid, args.out / "qsa-grid-h200.png")
