@@ -87,13 +87,31 @@ def test_aot_compiles_every_production_config_within_shared_memory(patched_tree,
 def test_no_sm90_int8_tile_spills(patched_tree):
     """The 64+ token tiles defer each tile's V bias to the next rescale; the one-warp 32-token
     tiles sit at 255 registers and spill 8-16 B with it, so the kernel gates the deferral on
-    BLOCK_N. With the gate removed (control, evidence/kernels/README.md) every 32/1 entry spills."""
+    BLOCK_N (the control below removes the gate)."""
     pytest.importorskip("triton")
     from builder.patches.aot import compile_qsa_kernels
 
     report = compile_qsa_kernels(engine_root=patched_tree, arch="sm_90", cache_dtypes=("int8",))
     assert len(report.configs) == 24
     assert [(c.num_query_heads, c.block_n, c.num_warps, c.num_splits, c.local_bytes) for c in report.configs if c.local_bytes] == []
+
+
+def test_the_spill_guard_catches_the_deferral_ungated(patched_tree, tmp_path):
+    pytest.importorskip("triton")
+    import shutil
+
+    from builder.patches.aot import compile_qsa_kernels
+
+    tree = tmp_path / "ungated"
+    shutil.copytree(patched_tree, tree)
+    qsa = tree / QSA_DIR / "ops" / "qsa.py"
+    text = qsa.read_text()
+    assert text.count("if BLOCK_N >= 64:") == 3
+    qsa.write_text(text.replace("if BLOCK_N >= 64:", "if BLOCK_N >= 0:"))
+    report = compile_qsa_kernels(engine_root=tree, arch="sm_90", cache_dtypes=("int8",))
+    spilled = {(c.block_n, c.num_warps) for c in report.configs if c.local_bytes}
+    assert spilled == {(32, 1)}
+    assert all(c.local_bytes for c in report.configs if (c.block_n, c.num_warps) == (32, 1))
 
 
 def test_aot_refuses_a_config_over_the_arch_limit(patched_tree, monkeypatch):
