@@ -4,7 +4,9 @@ The int8 write's scale is max(absmax / 127, 1e-6), and absmax is the magnitude o
 one of 32,640 non-negative finite numbers. store_floor.py's fastdiv arm computes it as
 q = a * fp32(1/127), then q + fma(-q, 127, a) * fp32(1/127), each step rounded once (mul_rn,
 fma_rn). This checks that against correctly rounded division for every one of those values,
-with exact rational arithmetic; without the correction step (the control) some differ.
+with exact rational arithmetic; without the correction step (the control) some differ. Since
+session 29 the shipped write's _int8_row_scale computes it this way; int8_unit_test.py checks that
+function against div_rn on the GPU at every non-negative fp32.
 
     python benchmarks/int8_variants/store_divide.py
 """

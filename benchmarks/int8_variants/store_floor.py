@@ -7,11 +7,14 @@ qsa_store_bench.GRAPH_LAUNCHES launches replayed, per launch, arms interleaved p
   empty:   a Triton kernel with the write's grid, warps and arguments that returns at once
   gather:  the write's loads, slot addressing and stores, without the absmax, divides and rounding
   absmax:  gather plus each row's absmax (stored as its scale)
-  divide:  absmax plus the write's two IEEE divides (scale, then 1 / scale; values times it, truncated)
-  shipped: qsa_store_int8_kv (divide plus round-half-away and the clamp)
-  fastdiv: shipped's math with absmax / 127 as a product and two FMA corrections and 1 / scale as
-           rcp_rn, byte-compared with shipped (store_divide.py proves the division identical for
-           every bf16 absmax; rcp_rn is 1 / x correctly rounded, as div_rn(1, x) is)
+  divide:  absmax plus two div_rn divides (scale, then 1 / scale; values times it, truncated): the
+           write's divisions as vLLM spells them, and as the write did them before session 29
+  shipped: qsa_store_int8_kv of --engine (plus round-half-away and the clamp)
+  fastdiv: this file's kernel with absmax / 127 as a product and its FMA correction and 1 / scale
+           as rcp_rn, byte-compared with shipped (the same bytes as div_rn: int8_unit_test's
+           exhaustive row-scale test, store_divide.py). Against a tree before session 29 it is the
+           candidate; since then the write ships this math, and the two arms' difference is the
+           run's noise floor
 Each arm adds one step of the write's chain to the one before: the differences say what each
 costs; empty is the launch alone; kcopy against copy says what a kernel node costs over a
 memcpy node. Only shipped and fastdiv write correct bytes: the others are timing probes.

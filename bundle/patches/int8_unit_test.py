@@ -320,6 +320,54 @@ def test_quantize_on_write_bit_exact(ops, layout, page, nkv, tokens):
     assert kq_ref[2, 0, :4].tolist() == [127, 3, -4, -1]
 
 
+@pytest.fixture(scope="module")
+def row_scale_kernel(ops):
+    """A kernel counting, per block of fp32 bit patterns, where a row-scale function's
+    bits differ from max(div_rn(a, 127), 1e-6): the shipped _int8_row_scale, or the
+    product with fp32(1/127) alone (the control: no FMA correction)."""
+    import triton
+    import triton.language as tl
+    from triton.language.extra import libdevice
+
+    @triton.jit
+    def _uncorrected(absmax):
+        return tl.maximum(libdevice.mul_rn(absmax, 0.007874015718698502), 1e-6)
+
+    @triton.jit
+    def _count(mismatches_ptr, start, CONTROL: tl.constexpr, BLOCK: tl.constexpr):
+        bits = start + tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        absmax = bits.to(tl.float32, bitcast=True)
+        if CONTROL:
+            got = _uncorrected(absmax)
+        else:
+            got = ops_row_scale(absmax)
+        want = tl.maximum(libdevice.div_rn(absmax, 127.0), 1e-6)
+        same = got.to(tl.int32, bitcast=True) == want.to(tl.int32, bitcast=True)
+        same |= (got != got) & (want != want)  # NaN either way
+        tl.store(mismatches_ptr + tl.program_id(0), tl.sum((~same).to(tl.int32), axis=0))
+
+    _count.fn.__globals__["ops_row_scale"] = ops._int8_row_scale
+    _count.fn.__globals__["_uncorrected"] = _uncorrected
+
+    def count(*, control: bool) -> int:
+        block, per_launch, total = 1024, 1 << 26, 0
+        out = torch.empty(per_launch // block, dtype=torch.int32, device="cuda")
+        for start in range(0, 1 << 31, per_launch):  # every non-negative fp32, +inf and NaNs too
+            _count[(per_launch // block,)](out, start, CONTROL=control, BLOCK=block)
+            total += int(out.sum())
+        return total
+
+    return count
+
+
+def test_int8_row_scale_is_ieee_division_for_every_fp32(row_scale_kernel):
+    """The write's scale (absmax / 127 by product and FMA correction) equals vLLM's IEEE
+    division at every non-negative fp32, so the bytes match vLLM's for any input dtype; the
+    product alone differs at many (the test's control)."""
+    assert row_scale_kernel(control=False) == 0
+    assert row_scale_kernel(control=True) > 0
+
+
 def test_fused_prepare_int8_write_matches_bf16_path(ops, layout):
     """The fused prepare's int8 K/V write equals quantizing what its bf16 path stores."""
     from qsa_cases import int8_kv_cache
