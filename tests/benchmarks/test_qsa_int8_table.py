@@ -61,4 +61,35 @@ def test_the_written_table_is_what_the_dispatch_reads(tmp_path, monkeypatch):
 
     assert [select(10, w) for w in (1024, 2048, 2049, 2051, 8192)] == [A, A, B, B, B]
     assert select(25, 1024) == (64, 1, 2)
-    assert json.loads((tmp_path / "qsa-int8-table.json").read_text()).keys() == {"bp<=24 w<=2048", "bp<=24 w<=None"}
+    report = json.loads((tmp_path / "qsa-int8-table.json").read_text())
+    assert report["entries"].keys() == {"bp<=24 w<=2048", "bp<=24 w<=None"}
+    assert report["table"]["kept"] is False and report["table"]["mean_slowdown_after"] == 1.0
+
+
+def trade(a_at_32k: float) -> dict:
+    """One bucket, one width: A is best at 4K context by 0.4%, B at 32K by a_at_32k - 1."""
+    return {"cases": {"ctx4K w1024": case(1024, {A: 1.00, B: 1.004}), "ctx32K w1024": case(1024, {A: a_at_32k, B: 1.00})}}
+
+
+def run_main(tmp_path, monkeypatch, sweep_data: dict) -> tuple[str, dict]:
+    sweep_file, qsa = tmp_path / "sweep.json", tmp_path / "qsa.py"
+    sweep_file.write_text(json.dumps(sweep_data))
+    qsa.write_text(SOURCE)
+    monkeypatch.setattr(sys, "argv", ["qsa_int8_table.py", "--sweep", str(sweep_file), "--qsa", str(qsa), "--out", str(tmp_path)])
+    qsa_int8_table.main()
+    return qsa.read_text(), json.loads((tmp_path / "qsa-int8-table.json").read_text())["table"]
+
+
+def test_a_table_that_trades_one_context_for_another_on_noise_is_not_written(tmp_path, monkeypatch):
+    """The picker prefers B (summed 2.004 against A's 2.006), but 0.1% per case is the sweep's noise:
+    the file keeps A, byte for byte."""
+    assert qsa_int8_table.pick(trade(1.006), qsa_int8_table.read_table(SOURCE))[0][24] == [(None, B)]
+    text, summary = run_main(tmp_path, monkeypatch, trade(1.006))
+    assert text == SOURCE and summary["kept"] is True
+    assert abs(summary["mean_slowdown_before"] - 1.003) < 1e-9 and abs(summary["mean_slowdown_after"] - 1.002) < 1e-9
+
+
+def test_a_table_that_gains_past_the_threshold_is_written(tmp_path, monkeypatch):
+    """Control: with B 5% ahead at 32K the same rule rewrites the bucket."""
+    text, summary = run_main(tmp_path, monkeypatch, trade(1.05))
+    assert "(24, None, (64, 64, 2))" in text and summary["kept"] is False
