@@ -19,6 +19,12 @@
 #   2026-12-02 (session 28): candidate (QFN_QSA_CANDIDATE_NAME=deferred-bias-tile1, -tile2), then with tile2
 #     shipped: tests memcheck grid, store-floor ncu-grid; the deferral's mutants (mutA: no after-loop subtraction,
 #     mutB: carried bias not rescaled) by hand: QFN_QSA_PATCHED_TREE=MUTANT pytest -k "window_and_table_entry or smollm2 or edge_cases"
+#   2026-12-02 (session 29): store-floor on the session-28 tree (kept as qsa-int8-store-floor-divrn-h200.*), then
+#     on a tree with fastdiv in the write: grid-sweep grid (kept as qsa-grid-resweep-table-h200.*; the table was
+#     not shipped), and on the build that ships (session-28 table, fastdiv): tests memcheck accuracy store-bench
+#     (twice: the first kept as qsa-int8-store-run1-h200.*) store-floor; stages: python
+#     benchmarks/int8_variants/occupancy.py --variants s3,s4 --rows "decode 64x5,prefill 512,prefill 2048"
+#     --widths 1024,2051,4099 (kept as qsa-int8-stages-h200.*)
 #   Earlier evidence (kernel before issue 13; files named in evidence/kernels/README.md):
 #   benchmarks/kernel_evidence.sh PATCHED UPSTREAM OUT memcheck mutation sweep layouts trims store ncu
 #
