@@ -24,7 +24,9 @@
 #     not shipped), and on the build that ships (session-28 table, fastdiv): tests memcheck accuracy store-bench
 #     (twice: the first kept as qsa-int8-store-run1-h200.*) store-floor; stages: python
 #     benchmarks/int8_variants/occupancy.py --variants s3,s4 --rows "decode 64x5,prefill 512,prefill 2048"
-#     --widths 1024,2051,4099 (kept as qsa-int8-stages-h200.*)
+#     --widths 1024,2051,4099 (kept as qsa-int8-stages-h200.*); the write's mutants by hand (nocorr: _int8_row_scale
+#     without the FMA correction, noinf: without the +inf guard): QFN_QSA_PATCHED_TREE=MUTANT pytest
+#     -k "row_scale or quantize_on_write or fused_prepare"
 #   Earlier evidence (kernel before issue 13; files named in evidence/kernels/README.md):
 #   benchmarks/kernel_evidence.sh PATCHED UPSTREAM OUT memcheck mutation sweep layouts trims store ncu
 #
