@@ -26,7 +26,8 @@
 #     benchmarks/int8_variants/occupancy.py --variants s3,s4 --rows "decode 64x5,prefill 512,prefill 2048"
 #     --widths 1024,2051,4099 (kept as qsa-int8-stages-h200.*); the write's mutants by hand (nocorr: _int8_row_scale
 #     without the FMA correction, noinf: without the +inf guard): QFN_QSA_PATCHED_TREE=MUTANT pytest
-#     -k "row_scale or quantize_on_write or fused_prepare"
+#     -k "row_scale or quantize_on_write or fused_prepare"; candidate (QFN_QSA_CANDIDATE_NAME=halves, the edit in
+#     evidence/kernels/qsa-int8-candidate-halves.diff; CONTEXTS=32768,131072 ROWS="decode 8x5,prefill 512,prefill 2048")
 #   Earlier evidence (kernel before issue 13; files named in evidence/kernels/README.md):
 #   benchmarks/kernel_evidence.sh PATCHED UPSTREAM OUT memcheck mutation sweep layouts trims store ncu
 #
