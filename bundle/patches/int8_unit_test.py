@@ -331,7 +331,7 @@ def row_scale_kernel(ops):
 
     @triton.jit
     def _uncorrected(absmax):
-        return tl.maximum(libdevice.mul_rn(absmax, 0.007874015718698502), 1e-6)
+        return tl.maximum(libdevice.mul_rn(absmax, _INV_127), 1e-6)
 
     @triton.jit
     def _count(mismatches_ptr, start, CONTROL: tl.constexpr, BLOCK: tl.constexpr):
@@ -346,8 +346,8 @@ def row_scale_kernel(ops):
         same |= (got != got) & (want != want)  # NaN either way
         tl.store(mismatches_ptr + tl.program_id(0), tl.sum((~same).to(tl.int32), axis=0))
 
-    _count.fn.__globals__["ops_row_scale"] = ops._int8_row_scale
-    _count.fn.__globals__["_uncorrected"] = _uncorrected
+    # The nested kernels resolve these as globals: the shipped function and its fp32(1/127).
+    _count.fn.__globals__.update(ops_row_scale=ops._int8_row_scale, _uncorrected=_uncorrected, _INV_127=ops._INV_127)
 
     def count(*, control: bool) -> int:
         block, per_launch, total = 1024, 1 << 26, 0
