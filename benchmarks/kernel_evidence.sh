@@ -28,6 +28,12 @@
 #     without the FMA correction, noinf: without the +inf guard): QFN_QSA_PATCHED_TREE=MUTANT pytest
 #     -k "row_scale or quantize_on_write or fused_prepare"; candidate (QFN_QSA_CANDIDATE_NAME=halves, the edit in
 #     evidence/kernels/qsa-int8-candidate-halves.diff; CONTEXTS=32768,131072 ROWS="decode 8x5,prefill 512,prefill 2048")
+#   2026-12-02 (session 30): candidate with QFN_QSA_CANDIDATE_BF16=1 at CONTEXTS=32768,131072 (each edit kept as
+#     evidence/kernels/qsa-int8-candidate-NAME.diff): NAME=pdl and pdl4 (the merge as a programmatic dependent, 2 / 4
+#     warps) and nomerge (no int8 merge: its cost) at ROWS="decode 1x5,decode 8x5" (pdl4 also at 64x5; nomerge also at
+#     64x5 and 256x5, kept as -nomerge-64x5-256x5-h200.*); fused (1x5 to 256x5) and fused-64, with the fused tree's tests:
+#     QFN_QSA_PATCHED_TREE=FUSED pytest -k "(edge_cases and int8) or every_sm90_table or cuda_graph or decode_bias
+#     or split_merge or warmup or memcheck" (kept as int8_unit_test-candidate-fused-h200.log). None shipped.
 #   Earlier evidence (kernel before issue 13; files named in evidence/kernels/README.md):
 #   benchmarks/kernel_evidence.sh PATCHED UPSTREAM OUT memcheck mutation sweep layouts trims store ncu
 #
@@ -98,9 +104,9 @@ for step in "$@"; do
     candidate)
       # A candidate kernel tree (QFN_QSA_CANDIDATE_TREE, named QFN_QSA_CANDIDATE_NAME) against the shipped
       # kernel at grid points (QFN_QSA_CANDIDATE_CONTEXTS / _ROWS / _WIDTHS / _HEADS: qsa_grid's filters,
-      # empty = all), fp8 alongside.
+      # empty = all), fp8 alongside, and bf16 with QFN_QSA_CANDIDATE_BF16=1.
       python benchmarks/int8_variants/candidate.py --engine "$E" --upstream "$U" --out "$OUT" \
-        --candidate "$QFN_QSA_CANDIDATE_TREE" --name "$QFN_QSA_CANDIDATE_NAME" \
+        --candidate "$QFN_QSA_CANDIDATE_TREE" --name "$QFN_QSA_CANDIDATE_NAME" ${QFN_QSA_CANDIDATE_BF16:+--bf16} \
         --contexts "${QFN_QSA_CANDIDATE_CONTEXTS:-32768,131072}" --rows "${QFN_QSA_CANDIDATE_ROWS:-decode 64x5,decode 256x5,prefill 2048}" \
         --widths "${QFN_QSA_CANDIDATE_WIDTHS:-}" --heads "${QFN_QSA_CANDIDATE_HEADS:-}" \
         > "$OUT/qsa-int8-candidate-$QFN_QSA_CANDIDATE_NAME-h200.txt" 2>&1 ;;

@@ -8,7 +8,7 @@ here is a reason to run the accuracy tests on the candidate (int8_unit_test.py w
 QFN_QSA_PATCHED_TREE=CANDIDATE) and then the grid, not a result by itself.
 
     python benchmarks/int8_variants/candidate.py --engine PATCHED --candidate TREE --upstream PRISTINE --out DIR \\
-        --name NAME [--contexts ...] [--rows ...] [--widths ...] [--heads ...]
+        --name NAME [--bf16] [--contexts ...] [--rows ...] [--widths ...] [--heads ...]
 """
 
 from __future__ import annotations
@@ -36,6 +36,7 @@ def main() -> None:
     add_grid_arguments(parser, reps=15, defaults=DEFAULTS)
     parser.add_argument("--candidate", type=Path, required=True, help="an ops tree laid out like --engine")
     parser.add_argument("--name", required=True, help="names the output, qsa-int8-candidate-NAME-h200.json")
+    parser.add_argument("--bf16", action="store_true", help="time upstream bf16 alongside (the never-slower-than-bf16 goal)")
     args = parser.parse_args()
 
     ops = load_qsa_ops(args.engine)
@@ -45,9 +46,13 @@ def main() -> None:
     upstream = load_file_as(args.upstream / OPS_RELPATH / "qsa.py", "qsa_upstream_ops")
     pools = build_pools(ops, layout, tokens=POOL_TOKENS)
     modules = {"fp8": (upstream, "fp8"), "int8": (ops, "int8"), "candidate": (candidate, "int8")}
+    if args.bf16:
+        modules = {"bf16": (upstream, "bf16"), **modules}
     gen = torch.Generator().manual_seed(1)
     rows = []
-    print(f"{'point':<36}{'fp8 us':>9}{'int8 us':>9}{'cand. us':>10}{'cand./int8':>11}{'cand. x fp8':>12}  rel RMS")
+    bf16_head = f"{'bf16 us':>9}" if args.bf16 else ""
+    bf16_tail = f"{'int8 x bf16':>12}{'cand. x bf16':>13}" if args.bf16 else ""
+    print(f"{'point':<36}{bf16_head}{'fp8 us':>9}{'int8 us':>9}{'cand. us':>10}{'cand./int8':>11}{'cand. x fp8':>12}{bf16_tail}  rel RMS")
     for point in selected_points(args):
         inputs = point_inputs(point, pools.num_blocks, gen)
         fns = {arm: make_launch(module, pools, cache, point, inputs) for arm, (module, cache) in modules.items()}
@@ -61,9 +66,13 @@ def main() -> None:
         row = {"point": point.name, "us": us, "candidate_speedup": us["int8"] / us["candidate"],
                "candidate_over_fp8": us["fp8"] / us["candidate"], "int8_over_fp8": us["fp8"] / us["int8"],
                "rel_rms_vs_shipped": rel_rms}  # fmt: skip
+        if args.bf16:
+            row |= {"int8_over_bf16": us["bf16"] / us["int8"], "candidate_over_bf16": us["bf16"] / us["candidate"]}
         rows.append(row)
-        print(f"{point.name:<36}{us['fp8']:>9.1f}{us['int8']:>9.1f}{us['candidate']:>10.1f}"
-              f"{row['candidate_speedup']:>11.3f}{row['candidate_over_fp8']:>12.3f}  {rel_rms:.1e}", flush=True)
+        print(f"{point.name:<36}" + (f"{us['bf16']:>9.1f}" if args.bf16 else "") + f"{us['fp8']:>9.1f}{us['int8']:>9.1f}"
+              f"{us['candidate']:>10.1f}{row['candidate_speedup']:>11.3f}{row['candidate_over_fp8']:>12.3f}"
+              + (f"{row['int8_over_bf16']:>12.3f}{row['candidate_over_bf16']:>13.3f}" if args.bf16 else "")
+              + f"  {rel_rms:.1e}", flush=True)
         del fns, graphs, inputs
     write_json(args.out, f"qsa-int8-candidate-{args.name}-h200.json",
                {"candidate": args.name, "rows": rows, "versions": versions(), "timing": "CUDA graph replay, per launch, median"})
