@@ -34,6 +34,9 @@
 #     64x5 and 256x5, kept as -nomerge-64x5-256x5-h200.*); fused (1x5 to 256x5) and fused-64, with the fused tree's tests:
 #     QFN_QSA_PATCHED_TREE=FUSED pytest -k "(edge_cases and int8) or every_sm90_table or cuda_graph or decode_bias
 #     or split_merge or warmup or memcheck" (kept as int8_unit_test-candidate-fused-h200.log). None shipped.
+#     Then NAME=evict (the split partials stored evict_last) at ROWS="decode 8x5,decode 64x5,decode 256x5" and, as
+#     evict-4K-256K, CONTEXTS=4096,262144 ROWS="decode 1x5,decode 8x5,decode 64x5"; shipped as its two store hints
+#     (same PTX: benchmarks/int8_variants/same_ptx.py), with tests (-k "not smollm2") and memcheck on the measured tree.
 #   Earlier evidence (kernel before issue 13; files named in evidence/kernels/README.md):
 #   benchmarks/kernel_evidence.sh PATCHED UPSTREAM OUT memcheck mutation sweep layouts trims store ncu
 #
