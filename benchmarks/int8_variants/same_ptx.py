@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import itertools
 import sys
 from pathlib import Path
 
@@ -27,24 +28,14 @@ def _code(ptx: str) -> str:
 
 
 def ptx_digests(tree: Path, *, arch: str = "sm_90", limit: int | None = None) -> dict[tuple[int, int, int, int], str]:
-    """(query heads, block_n, warps, splits) -> sha256 of the int8 kernel's PTX, per production config."""
-    import triton
-    from triton.backends.compiler import GPUTarget
-
-    capability = aot._capability(arch)
-    ops = aot._loader().load_qsa_ops(tree, capability=capability)
-    digests = {}
-    for _, q_heads, kv_heads, block_n, warps, tiles, splits in sorted(aot.production_configs(ops, ("int8",)))[:limit]:
-        constexprs = {
-            "TOPK": aot.SELECTION_WIDTH, "PAGE_SIZE": 64, "PAGE_TABLE_WIDTH": 32768 // 64, "GROUP_SIZE": q_heads // kv_heads,
-            "HEAD_DIM": aot.HEAD_DIM, "NUM_QUERY_HEADS": q_heads, "NUM_SPLITS": splits, "NUM_TILES": tiles,
-            "BLOCK_M": triton.next_power_of_2(q_heads // kv_heads), "BLOCK_N": block_n,
-        }  # fmt: skip
-        ints = aot._runtime_ints(dtype="int8", num_q_heads=q_heads, num_kv_heads=kv_heads, page=64)
-        source = aot._source(ops._qsa_sparse_paged_int8_splitk_kernel, cache="*i8", splits=splits, constexprs=constexprs, ints=ints)
-        compiled = triton.compile(source, target=GPUTarget("cuda", capability[0] * 10 + capability[1], 32), options={"num_warps": warps, "num_stages": 2})
-        digests[(q_heads, block_n, warps, splits)] = hashlib.sha256(_code(compiled.asm["ptx"]).encode()).hexdigest()
-    return digests
+    """(query heads, block_n, warps, splits) -> sha256 of the int8 kernel's PTX, per production config
+    (the first ``limit`` in sorted order), compiled as `builder patches aot` compiles them."""
+    ops = aot._loader().load_qsa_ops(tree, capability=aot._capability(arch))
+    configs = itertools.islice(aot.compiled_configs(ops, arch=arch, cache_dtypes=("int8",)), limit)
+    return {
+        (q_heads, block_n, warps, splits): hashlib.sha256(_code(compiled.asm["ptx"]).encode()).hexdigest()
+        for (_, q_heads, _, block_n, warps, splits), compiled in configs
+    }
 
 
 def main() -> None:

@@ -159,29 +159,14 @@ def production_configs(ops: ModuleType, cache_dtypes=CACHE_DTYPES) -> set[tuple[
     return configs
 
 
-def compile_qsa_kernels(
-    *,
-    engine_root: Path,
-    arch: str,
-    page_size: int = 64,
-    strict: bool = True,
-    json_out: Path | None = None,
-    cache_dtypes: tuple[str, ...] = CACHE_DTYPES,
-) -> AotReport:
-    """Compile every production config of the patched split-K kernel for ``arch``.
-
-    ``json_out`` receives the report (written to a temp file, then renamed) even
-    when a config does not fit, so the failure can be inspected.
-    """
+def compiled_configs(ops: ModuleType, *, arch: str, page_size: int = 64, cache_dtypes: tuple[str, ...] = CACHE_DTYPES):
+    """Yield ((dtype, q_heads, kv_heads, block_n, warps, splits), compiled kernel) for every
+    production config of ``ops`` (a tree loaded for ``arch``), compiled as the JIT would."""
     import triton
     from triton.backends.compiler import GPUTarget
 
     capability = _capability(arch)
-    ops = _loader().load_qsa_ops(Path(engine_root), capability=capability)
-    cuobjdump = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
     target = GPUTarget("cuda", capability[0] * 10 + capability[1], 32)
-    limit = ARCH_MAX_SHARED_BYTES[arch]
-    results = []
     for dtype, num_q_heads, num_kv_heads, block_n, warps, tiles, splits in sorted(production_configs(ops, cache_dtypes)):
         group = num_q_heads // num_kv_heads
         constexprs = {
@@ -200,6 +185,32 @@ def compile_qsa_kernels(
                 f"{arch}: {dtype} BLOCK_N={block_n} warps={warps} splits={splits} does not compile: {exc}",
                 hint="fix the kernel or the tile table entry",
             ) from exc
+        yield (dtype, num_q_heads, num_kv_heads, block_n, warps, splits), compiled
+
+
+def compile_qsa_kernels(
+    *,
+    engine_root: Path,
+    arch: str,
+    page_size: int = 64,
+    strict: bool = True,
+    json_out: Path | None = None,
+    cache_dtypes: tuple[str, ...] = CACHE_DTYPES,
+) -> AotReport:
+    """Compile every production config of the patched split-K kernel for ``arch``.
+
+    ``json_out`` receives the report (written to a temp file, then renamed) even
+    when a config does not fit, so the failure can be inspected.
+    """
+    import triton
+
+    ops = _loader().load_qsa_ops(Path(engine_root), capability=_capability(arch))
+    cuobjdump = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
+    limit = ARCH_MAX_SHARED_BYTES[arch]
+    results = []
+    for (dtype, num_q_heads, num_kv_heads, block_n, warps, splits), compiled in compiled_configs(
+        ops, arch=arch, page_size=page_size, cache_dtypes=cache_dtypes
+    ):
         shared = int(compiled.metadata.shared)
         registers, local = _resources(compiled.asm["cubin"], cuobjdump)
         results.append(
