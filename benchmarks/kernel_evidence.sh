@@ -37,6 +37,10 @@
 #     Then NAME=evict (the split partials stored evict_last) at ROWS="decode 8x5,decode 64x5,decode 256x5" and, as
 #     evict-4K-256K, CONTEXTS=4096,262144 ROWS="decode 1x5,decode 8x5,decode 64x5"; shipped as its two store hints
 #     (same PTX: benchmarks/int8_variants/same_ptx.py), with tests (-k "not smollm2") and memcheck on the measured tree.
+#   2026-12-02 (session 31): on the applied series (the evict_last partials): grid ncu-grid tests; then candidate
+#     NAME=bf16p (bf16 split partials) with QFN_QSA_CANDIDATE_BF16=1 CONTEXTS=32768,131072,262144
+#     ROWS="decode 1x5,decode 8x5,decode 64x5,decode 256x5", and QFN_QSA_PATCHED_TREE=BF16P pytest -k "window_and_table_entry
+#     or smollm2 or edge_cases or every_sm90_table or decode_bias or cuda_graph" (kept as int8_unit_test-candidate-bf16p-h200.log)
 #   Earlier evidence (kernel before issue 13; files named in evidence/kernels/README.md):
 #   benchmarks/kernel_evidence.sh PATCHED UPSTREAM OUT memcheck mutation sweep layouts trims store ncu
 #
@@ -44,6 +48,7 @@
 # `builder patches refresh --from PATCHED` afterwards to carry it into the diff.
 # Afterwards, on any machine: python benchmarks/qsa_grid_report.py --grid OUT/qsa-grid-h200.json --out OUT \
 #   --ncu OUT/qsa-grid-ncu-h200.json [--baseline OLD.json]   # session 28: OLD = git show 77755c7:evidence/kernels/qsa-grid-h200.json
+#   (session 31: OLD = git show 143dcb5:evidence/kernels/qsa-grid-h200.json)
 set -euo pipefail
 E=$1 U=$2 OUT=$3
 shift 3
