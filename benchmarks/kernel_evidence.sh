@@ -41,13 +41,15 @@
 #     NAME=bf16p (bf16 split partials) with QFN_QSA_CANDIDATE_BF16=1 CONTEXTS=32768,131072,262144
 #     ROWS="decode 1x5,decode 8x5,decode 64x5,decode 256x5", and QFN_QSA_PATCHED_TREE=BF16P pytest -k "window_and_table_entry
 #     or smollm2 or edge_cases or every_sm90_table or decode_bias or cuda_graph" (kept as int8_unit_test-candidate-bf16p-h200.log)
+#     Then host_cost.py at 4K x decode 1x5-64x5, prefill 512 x w2051 x both GQA (kept as qsa-int8-host-cost-grid8-h200.*),
+#     then host-cost ncu-prefill.
 #   Earlier evidence (kernel before issue 13; files named in evidence/kernels/README.md):
 #   benchmarks/kernel_evidence.sh PATCHED UPSTREAM OUT memcheck mutation sweep layouts trims store ncu
 #
 # sweep and grid-sweep rewrite _SM90_INT8_TABLE in PATCHED (benchmarks/qsa_int8_table.py); run
 # `builder patches refresh --from PATCHED` afterwards to carry it into the diff.
 # Afterwards, on any machine: python benchmarks/qsa_grid_report.py --grid OUT/qsa-grid-h200.json --out OUT \
-#   --ncu OUT/qsa-grid-ncu-h200.json [--baseline OLD.json]   # session 28: OLD = git show 77755c7:evidence/kernels/qsa-grid-h200.json
+#   --ncu OUT/qsa-grid-ncu-h200.json [OUT/qsa-grid-ncu-prefill-h200.json] [--baseline OLD.json]   # session 28: OLD = git show 77755c7:evidence/kernels/qsa-grid-h200.json
 #   (session 31: OLD = git show 143dcb5:evidence/kernels/qsa-grid-h200.json)
 set -euo pipefail
 E=$1 U=$2 OUT=$3
@@ -145,6 +147,19 @@ for step in "$@"; do
         -k regex:sparse_paged python benchmarks/qsa_grid_ncu.py --engine "$E" --upstream "$U" --points "$points" \
         > "$OUT/ncu-grid-misses-h200.txt" 2>&1
       python benchmarks/qsa_grid_ncu.py --table "$OUT/ncu-grid-misses-h200.txt" --out "$OUT" ;;
+    ncu-prefill)
+      # Prefill misses at 32K-256K and one met 4K point: which limiter holds at which context.
+      points="ctx32K prefill 512 w2051 24/2;ctx32K prefill 2048 w2051 24/2;ctx128K prefill 512 w4099 24/2;ctx256K prefill 512 w2051 12/1"
+      points+=";ctx256K prefill 2048 w4099 24/2;ctx4K prefill 2048 w2051 12/1"
+      ncu --clock-control none --section SpeedOfLight --section MemoryWorkloadAnalysis --section WarpStateStats --section Occupancy \
+        -k regex:sparse_paged python benchmarks/qsa_grid_ncu.py --engine "$E" --upstream "$U" --points "$points" \
+        > "$OUT/ncu-grid-prefill-h200.txt" 2>&1
+      mkdir -p "$OUT/prefill"
+      python benchmarks/qsa_grid_ncu.py --table "$OUT/ncu-grid-prefill-h200.txt" --out "$OUT/prefill"
+      mv "$OUT/prefill/qsa-grid-ncu-h200.json" "$OUT/qsa-grid-ncu-prefill-h200.json" && rmdir "$OUT/prefill" ;;
+    host-cost)
+      python benchmarks/int8_variants/host_cost.py --engine "$E" --upstream "$U" --out "$OUT" \
+        --rows "decode 1x5,decode 8x5,prefill 512" --heads 24/2 --top 40 > "$OUT/qsa-int8-host-cost-h200.txt" 2>&1 ;;
     memcheck)
       compute-sanitizer --tool memcheck python -m pytest -p no:cacheprovider bundle/patches/int8_unit_test.py \
         -k "memcheck or quantize_on_write" -s > "$OUT/int8_unit_test-memcheck-h200.log" 2>&1

@@ -45,12 +45,19 @@ def test_a_profile_whose_launch_count_differs_is_refused(tmp_path, monkeypatch):
 def test_profiled_misses_are_named_from_counters_and_prefill_is_not_called_bytes():
     grid = json.loads((KERNELS / "qsa-grid-h200.json").read_text())
     profiled: dict[str, dict] = {}
-    for row in json.loads((KERNELS / "qsa-grid-ncu-h200.json").read_text())["rows"]:
-        profiled.setdefault(row["point"], {})[row["arm"]] = row
+    for name in ("qsa-grid-ncu-h200.json", "qsa-grid-ncu-prefill-h200.json"):
+        for row in json.loads((KERNELS / name).read_text())["rows"]:
+            profiled.setdefault(row["point"], {})[row["arm"]] = row
     lines = {line.split(":")[0].strip(): line for line in qsa_grid_report.summary(grid, profiled).splitlines()
              if line.startswith("  ctx")}
     assert "latency at low occupancy (profiled)" in lines["ctx32K prefill 512 w4099 12/1"]
+    assert "latency at low occupancy (profiled)" in lines["ctx32K prefill 2048 w2051 24/2"]
     assert "memory (profiled)" in lines["ctx128K decode 256x5 w4099 12/1"]
+    assert "memory (profiled)" in lines["ctx256K prefill 2048 w4099 24/2"]  # L2 at 92% of its peak
+    assert "memory (profiled)" in lines["ctx128K prefill 2048 w2051 24/2"]  # L2 at 83%, DRAM 55%
+    # Unprofiled prefill misses take their context's profiled limiter: L2 from 128K, latency below.
+    assert lines["ctx256K prefill 2048 w2051 24/2"].split("; ", 1)[1].startswith("L2 throughput:")
+    assert lines["ctx32K prefill 2048 w4099 24/2"].split("; ", 1)[1].startswith("latency at low occupancy:")
     # Control: without the profiles the old inference called this prefill miss "bytes"; now no prefill is.
     assert "(profiled)" not in qsa_grid_report.summary(grid).split("misses (")[1]
     assert not any("bytes:" in line for name, line in lines.items() if "prefill" in name)
