@@ -177,6 +177,8 @@ def compiled_configs(ops: ModuleType, *, arch: str, page_size: int = 64, cache_d
         }  # fmt: skip
         ints = _runtime_ints(dtype=dtype, num_q_heads=num_q_heads, num_kv_heads=num_kv_heads, page=page_size)
         kernel = ops._qsa_sparse_paged_int8_splitk_kernel if dtype == "int8" else ops._qsa_sparse_paged_gqa_splitk_kernel
+        if "PAIRED_SCALES" in kernel.arg_names:  # the engine's scale tail is always paired
+            constexprs["PAIRED_SCALES"] = True
         source = _source(kernel, cache=_cache_type(dtype, capability), splits=splits, constexprs=constexprs, ints=ints)
         try:
             compiled = triton.compile(source, target=target, options={"num_warps": warps, "num_stages": 2})

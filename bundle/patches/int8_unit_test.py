@@ -456,6 +456,27 @@ def test_int8_cuda_graph_replay(ops, layout):
     assert torch.equal(replayed, out)
 
 
+@pytest.mark.parametrize("rows", [5, 40, 1024])
+def test_int8_split_scale_tail_matches_the_paired_one(ops, layout, rows):
+    """The wrapper reads the engine's paired tail with one 8-byte load per token and any other
+    scale layout with two: the same K/V and scales in the split tail (all K, then all V) give
+    the same output bit for bit, at decode (splits) and prefill tiles."""
+    from qsa_cases import int8_kv_cache
+
+    cache, q, gate, idx, table, t2r, num_blocks = _case(ops, layout, dtype="int8", hq=24, nkv=2, page=64, width=2051, rows=rows, seed=23)
+    _, key, value, ks, vs = int8_kv_cache(layout, num_blocks, 64, 2, split_scales=True)
+    key.copy_(cache.key_cache)
+    value.copy_(cache.value_cache)
+    ks.copy_(cache.kwargs["k_scale_cache"])
+    vs.copy_(cache.kwargs["v_scale_cache"])
+    assert vs.data_ptr() != ks.data_ptr() + 4  # the two-load path
+    paired = ops.qsa_sparse_paged_attention(q, cache.key_cache, cache.value_cache, idx, table, t2r, rows > 40, output_gate=gate, **cache.kwargs)
+    split = ops.qsa_sparse_paged_attention(
+        q, key, value, idx, table, t2r, rows > 40, output_gate=gate, k_scale_cache=ks, v_scale_cache=vs,
+    )  # fmt: skip
+    assert torch.equal(paired, split)
+
+
 def test_alignment_lint_on_real_views(ops, layout):
     from qsa_cases import int8_kv_cache
 

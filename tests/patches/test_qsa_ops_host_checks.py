@@ -119,6 +119,48 @@ def test_both_scale_layouts_sit_in_the_page_tail_and_pass_the_host_checks(ops, b
         _check_host_accepts(ops, key, value, ks, vs, blocks)
 
 
+def test_only_the_paired_tail_takes_the_one_load_scale_path(ops, bundle_helpers, monkeypatch):
+    """PAIRED_SCALES (one 8-byte load per token's scale pair) for the engine's carve; the split
+    tail, and K and V scales that are one tensor, take the two-load path."""
+    from qsa_cases import int8_kv_cache
+    from qsa_loader import load_ops_module
+
+    class Launched(Exception):
+        pass
+
+    seen = []
+
+    class Recorder:
+        def __getitem__(self, grid):
+            def launch(*args, **kwargs):
+                seen.append(kwargs["PAIRED_SCALES"])
+                raise Launched
+
+            return launch
+
+    monkeypatch.setattr(ops, "_qsa_sparse_paged_int8_splitk_kernel", Recorder())
+    layout = load_ops_module("qsa_kv_layout")
+    blocks = 8
+    cases = []
+    for split in (False, True):
+        _, key, value, ks, vs = int8_kv_cache(layout, blocks, 16, 2, device="cpu", split_scales=split)
+        cases.append((key, value, ks, vs))
+    key, value, ks, _ = cases[0]
+    cases.append((key, value, ks, ks))  # the paired strides, but V's scales are K's
+    # V one element after K, but with odd strides: the 8-byte pairs would be misaligned.
+    base = torch.zeros(blocks * 33 + 1)
+    odd = torch.as_strided(base, (blocks, 16, 2), (33, 2, 1)), torch.as_strided(base, (blocks, 16, 2), (33, 2, 1), 1)
+    cases.append((key, value, *odd))
+    for key, value, ks, vs in cases:
+        q = torch.zeros(4, 24, 256, dtype=torch.bfloat16)
+        with pytest.raises(Launched):
+            ops.qsa_sparse_paged_attention(
+                q, key, value, torch.zeros(4, 33, dtype=torch.int32), torch.zeros(1, blocks, dtype=torch.int32),
+                torch.zeros(4, dtype=torch.int32), True, output_gate=torch.zeros_like(q), k_scale_cache=ks, v_scale_cache=vs,
+            )  # fmt: skip
+    assert seen == [True, False, False, False]
+
+
 def _check_host_accepts(ops, key, value, ks, vs, blocks):
     q = torch.zeros(4, 24, 256, dtype=torch.bfloat16)
     try:
