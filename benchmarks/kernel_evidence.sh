@@ -43,6 +43,10 @@
 #     or smollm2 or edge_cases or every_sm90_table or decode_bias or cuda_graph" (kept as int8_unit_test-candidate-bf16p-h200.log)
 #     Then host_cost.py at 4K x decode 1x5-64x5, prefill 512 x w2051 x both GQA (kept as qsa-int8-host-cost-grid8-h200.*),
 #     then host-cost ncu-prefill.
+#     Then candidate NAME=pairld (the scale pair as one 8-byte copy) at all contexts and rows with QFN_QSA_CANDIDATE_BF16=1,
+#     and its tests (QFN_QSA_PATCHED_TREE=PAIRLD pytest); shipped behind PAIRED_SCALES (same PTX: same_ptx.py), then on
+#     the applied series: tests grid, and by hand the split-tail test on a mutant whose two-load path reads V's scales
+#     from K's pointer (pytest -k split_scale_tail, kept as int8_unit_test-mutation-split-scales-h200.log).
 #   Earlier evidence (kernel before issue 13; files named in evidence/kernels/README.md):
 #   benchmarks/kernel_evidence.sh PATCHED UPSTREAM OUT memcheck mutation sweep layouts trims store ncu
 #
