@@ -65,6 +65,15 @@ QSA_OPS=vllm/models/qwen4_exp/nvidia/ops/qsa.py
 SWEEP_CASES=seed,production-prefill,decode-mtp,tp2-prefill,tp2-decode-mtp,long-context-decode,decode-mtp-2req,decode-mtp-3req,decode-mtp-6req,decode-mtp-16req
 SHARDS=13
 
+ncu_points() {  # ncu_points TXT JSON "POINT;POINT": fp8 and int8 counters, one cold launch each, and their table
+  ncu --clock-control none --section SpeedOfLight --section MemoryWorkloadAnalysis --section WarpStateStats --section Occupancy \
+    -k regex:sparse_paged python benchmarks/qsa_grid_ncu.py --engine "$E" --upstream "$U" --points "$3" > "$OUT/$1" 2>&1
+  local table
+  table=$(mktemp -d)
+  python benchmarks/qsa_grid_ncu.py --table "$OUT/$1" --out "$table"
+  mv "$table/qsa-grid-ncu-h200.json" "$OUT/$2"
+}
+
 compile_shards() {  # fill Triton's on-disk cache from $SHARDS processes; compiling dominates these runs
   for i in $(seq 0 $((SHARDS - 1))); do
     python benchmarks/qsa_grid.py --engine "$E" --upstream "$U" --out "$(mktemp -d)" "$@" --compile-shard "$i/$SHARDS" > /dev/null 2>&1 &
@@ -144,23 +153,15 @@ for step in "$@"; do
       python benchmarks/int8_variants/paired_scales.py --engine "$E" --upstream "$U" --out "$OUT" \
         > "$OUT/qsa-int8-paired-scales-h200.txt" 2>&1 ;;
     ncu-grid)
-      # Counters at representative grid misses (and one met point), fp8 and int8, one cold launch each.
+      # Counters at representative grid misses (and one met point).
       points="ctx32K decode 64x5 w2051 24/2;ctx128K decode 64x5 w4099 24/2;ctx128K decode 256x5 w4099 12/1;ctx128K decode 64x5 w1024 24/2"
       points+=";ctx32K prefill 512 w4099 12/1;ctx128K prefill 2048 w2051 24/2;ctx256K decode 1x5 w2051 24/2;ctx4K decode 8x5 w4099 24/2"
-      ncu --clock-control none --section SpeedOfLight --section MemoryWorkloadAnalysis --section WarpStateStats --section Occupancy \
-        -k regex:sparse_paged python benchmarks/qsa_grid_ncu.py --engine "$E" --upstream "$U" --points "$points" \
-        > "$OUT/ncu-grid-misses-h200.txt" 2>&1
-      python benchmarks/qsa_grid_ncu.py --table "$OUT/ncu-grid-misses-h200.txt" --out "$OUT" ;;
+      ncu_points ncu-grid-misses-h200.txt qsa-grid-ncu-h200.json "$points" ;;
     ncu-prefill)
       # Prefill misses at 32K-256K and one met 4K point: which limiter holds at which context.
       points="ctx32K prefill 512 w2051 24/2;ctx32K prefill 2048 w2051 24/2;ctx128K prefill 512 w4099 24/2;ctx256K prefill 512 w2051 12/1"
       points+=";ctx256K prefill 2048 w4099 24/2;ctx4K prefill 2048 w2051 12/1"
-      ncu --clock-control none --section SpeedOfLight --section MemoryWorkloadAnalysis --section WarpStateStats --section Occupancy \
-        -k regex:sparse_paged python benchmarks/qsa_grid_ncu.py --engine "$E" --upstream "$U" --points "$points" \
-        > "$OUT/ncu-grid-prefill-h200.txt" 2>&1
-      mkdir -p "$OUT/prefill"
-      python benchmarks/qsa_grid_ncu.py --table "$OUT/ncu-grid-prefill-h200.txt" --out "$OUT/prefill"
-      mv "$OUT/prefill/qsa-grid-ncu-h200.json" "$OUT/qsa-grid-ncu-prefill-h200.json" && rmdir "$OUT/prefill" ;;
+      ncu_points ncu-grid-prefill-h200.txt qsa-grid-ncu-prefill-h200.json "$points" ;;
     host-cost)
       python benchmarks/int8_variants/host_cost.py --engine "$E" --upstream "$U" --out "$OUT" \
         --rows "decode 1x5,decode 8x5,prefill 512" --heads 24/2 --top 40 > "$OUT/qsa-int8-host-cost-h200.txt" 2>&1 ;;
