@@ -34,14 +34,14 @@ def gathered_bytes(point: dict, arm: str) -> int:
 
 
 #: Prefill misses by context, from the profiled prefill points (ncu: qsa-grid-ncu-h200.json and
-#: qsa-grid-ncu-prefill-h200.json, session 31). At 32K: int8 DRAM 3-13%, L2 40-44% of peak, hit 77-95%.
-#: From 128K: int8 L2 82-92% of peak, DRAM 55-71%, hit 19-33%; fp8 L2 62-77%.
+#: qsa-grid-ncu-prefill-h200.json, session 31). At 32K: int8 DRAM 3-13%, L2 40-46% of peak, hit 76-95%.
+#: From 128K: int8 L2 82-94% of peak, DRAM 55-74%, hit 19-33%; fp8 L2 62-78%.
 PREFILL_L2_FROM = 131072
 PREFILL_LATENCY = ("latency at low occupancy: rows re-gather shared tokens from L2, both kernels run at "
                    "12.5% theoretical occupancy (registers and shared memory) and int8's warps wait longer per "
                    "instruction; memory is not the bound")
-PREFILL_L2 = ("L2 throughput: rows re-gather their tokens through L2, which int8 drives at 82-92% of its peak "
-              "at the profiled 128K-256K prefill points (fp8 62-77%); int8 reads fp8's K/V bytes plus a scale "
+PREFILL_L2 = ("L2 throughput: rows re-gather their tokens through L2, which int8 drives at 82-94% of its peak "
+              "at the profiled 128K-256K prefill points (fp8 62-78%); int8 reads fp8's K/V bytes plus a scale "
               "sector, so it cannot pull much further ahead")
 
 
