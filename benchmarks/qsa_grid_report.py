@@ -82,6 +82,15 @@ def limiter(point: dict, copy_tbps: float) -> str:
     return f"{why} [{numbers}]"
 
 
+def load_profiled(paths) -> dict[str, dict]:
+    """Point name -> {"fp8": ncu row, "int8": ncu row}, from qsa_grid_ncu.py's JSON tables."""
+    profiled: dict[str, dict] = {}
+    for path in paths:
+        for row in json.loads(Path(path).read_text())["rows"]:
+            profiled.setdefault(row["point"], {})[row["arm"]] = row
+    return profiled
+
+
 def summary(grid: dict, profiled: dict[str, dict] | None = None) -> str:
     """profiled: point name -> {"fp8": ncu row, "int8": ncu row}."""
     profiled = profiled or {}
@@ -209,10 +218,7 @@ def main() -> None:
     parser.add_argument("--baseline", type=Path, help="an earlier qsa-grid JSON: time ratios against it per row shape")
     args = parser.parse_args()
     grid = json.loads(args.grid.read_text())
-    profiled: dict[str, dict] = {}
-    for path in args.ncu:
-        for row in json.loads(path.read_text())["rows"]:
-            profiled.setdefault(row["point"], {})[row["arm"]] = row
+    profiled = load_profiled(args.ncu)
     args.out.mkdir(parents=True, exist_ok=True)
     text = summary(grid, profiled) + "\n" + by_shape(grid)
     if args.baseline:

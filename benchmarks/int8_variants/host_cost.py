@@ -113,12 +113,13 @@ def main() -> None:
     upstream = load_file_as(args.upstream / OPS_RELPATH / "qsa.py", "qsa_upstream_ops")
     pools = build_pools(ops, layout, tokens=POOL)
     gen = torch.Generator().manual_seed(1)
+    modules = {"bf16": upstream, "fp8": upstream, "int8": ops}
     results, texts = [], []
     header = f"{'point':34} {'bf16 us':>8} {'fp8 us':>8} {'int8 us':>8} {'int8-fp8':>9}"
     print(header)
     for point in selected_points(args):
         inputs = point_inputs(point, pools.num_blocks, gen)
-        fns = {arm: make_launch(ops if arm == "int8" else upstream, pools, arm, point, inputs) for arm in ("bf16", "fp8", "int8")}
+        fns = {arm: make_launch(module, pools, arm, point, inputs) for arm, module in modules.items()}
         for fn in fns.values():
             fn()
         times = host_times(fns, reps=args.reps)
@@ -126,7 +127,7 @@ def main() -> None:
         for arm, fn in fns.items():
             profiles[arm], text = profile(fn, calls=CALLS, top=args.top)
             texts.append(f"=== {point.name} {arm}: {CALLS} calls, own time per call\n{text}")
-        binders = {arm: binder_costs(ops if arm == "int8" else upstream, fn) for arm, fn in fns.items()}
+        binders = {arm: binder_costs(modules[arm], fn) for arm, fn in fns.items()}
         results.append({"name": point.name, "host_us": times, "binder_us": binders, "profile": profiles})
         print(f"{point.name:34} {times['bf16']:8.1f} {times['fp8']:8.1f} {times['int8']:8.1f} {times['int8'] - times['fp8']:+9.1f}")
     for r in results:

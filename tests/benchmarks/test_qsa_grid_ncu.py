@@ -44,10 +44,7 @@ def test_a_profile_whose_launch_count_differs_is_refused(tmp_path, monkeypatch):
 
 def test_profiled_misses_are_named_from_counters_and_prefill_is_not_called_bytes():
     grid = json.loads((KERNELS / "qsa-grid-h200.json").read_text())
-    profiled: dict[str, dict] = {}
-    for name in ("qsa-grid-ncu-h200.json", "qsa-grid-ncu-prefill-h200.json"):
-        for row in json.loads((KERNELS / name).read_text())["rows"]:
-            profiled.setdefault(row["point"], {})[row["arm"]] = row
+    profiled = qsa_grid_report.load_profiled([KERNELS / "qsa-grid-ncu-h200.json", KERNELS / "qsa-grid-ncu-prefill-h200.json"])
     lines = {line.split(":")[0].strip(): line for line in qsa_grid_report.summary(grid, profiled).splitlines()
              if line.startswith("  ctx")}
     assert "latency at low occupancy (profiled)" in lines["ctx32K prefill 512 w4099 12/1"]

@@ -152,22 +152,23 @@ def test_only_the_paired_tail_takes_the_one_load_scale_path(ops, bundle_helpers,
     odd = torch.as_strided(base, (blocks, 16, 2), (33, 2, 1)), torch.as_strided(base, (blocks, 16, 2), (33, 2, 1), 1)
     cases.append((key, value, *odd))
     for key, value, ks, vs in cases:
-        q = torch.zeros(4, 24, 256, dtype=torch.bfloat16)
         with pytest.raises(Launched):
-            ops.qsa_sparse_paged_attention(
-                q, key, value, torch.zeros(4, 33, dtype=torch.int32), torch.zeros(1, blocks, dtype=torch.int32),
-                torch.zeros(4, dtype=torch.int32), True, output_gate=torch.zeros_like(q), k_scale_cache=ks, v_scale_cache=vs,
-            )  # fmt: skip
+            _int8_call(ops, key, value, ks, vs, blocks)
     assert seen == [True, False, False, False]
 
 
-def _check_host_accepts(ops, key, value, ks, vs, blocks):
+def _int8_call(ops, key, value, ks, vs, blocks):
+    """One int8 call of 4 rows x 24 query heads, width 32, over the given cache and scale views."""
     q = torch.zeros(4, 24, 256, dtype=torch.bfloat16)
+    return ops.qsa_sparse_paged_attention(
+        q, key, value, torch.zeros(4, 33, dtype=torch.int32), torch.zeros(1, blocks, dtype=torch.int32),
+        torch.zeros(4, dtype=torch.int32), True, output_gate=torch.zeros_like(q), k_scale_cache=ks, v_scale_cache=vs,
+    )  # fmt: skip
+
+
+def _check_host_accepts(ops, key, value, ks, vs, blocks):
     try:
-        ops.qsa_sparse_paged_attention(
-            q, key, value, torch.zeros(4, 33, dtype=torch.int32), torch.zeros(1, blocks, dtype=torch.int32),
-            torch.zeros(4, dtype=torch.int32), True, output_gate=torch.zeros_like(q), k_scale_cache=ks, v_scale_cache=vs,
-        )  # fmt: skip
+        _int8_call(ops, key, value, ks, vs, blocks)
     except ValueError as exc:  # the wrapper's own refusals; the kernel launch itself needs a GPU
         pytest.fail(f"the host checks refused the scale layout: {exc}")
     except RuntimeError:
