@@ -5,6 +5,18 @@ Grid: context per request {4K, 32K, 128K, 256K} x rows {1x5, 8x5, 64x5, 256x5 de
 2051, 4099} x heads {24/2 (TP1), 12/1 (TP2)}. Each request's rows are contiguous in
 token_to_req, as vLLM lays a batch out; every row selects min(width, context) tokens of
 its own request (distinct when the width covers the context, else uniform at random).
+--selection picks what the rows select:
+  uniform (default): tokens drawn independently at random, as above.
+  engine: what the engine's indexer hands the kernel. Each row's top-k is a set of distinct
+          compressed blocks (COMPRESS_RATIO tokens each) that its causal position can see, in
+          random (score) order, expanded by the engine's own expand_qsa_block_indices
+          (ops/qsa_indexer.py of --upstream) into aligned runs of 4 consecutive tokens plus
+          the open group's causal tail. A request's rows are its last rows_per_request
+          positions. Width = budget + 3 (2051: 2048, 4099: 4096); 1024 is no indexer width,
+          so it selects 1020 tokens plus the tail and keeps one -1 column.
+  engine-shared: as engine, but a request's rows rank the blocks alike (MTP rows and a
+          prefill chunk's rows pick the same blocks wherever they see them): the most
+          locality real rows can have, where engine is the least.
 The block table is vLLM's: one row per request, as wide as a 256K-token request
 (4096 pages of 64), so every grid point compiles the same PAGE_TABLE_WIDTH. The KV pool
 holds at most POOL_TOKENS tokens per arm (well above the 60 MB L2); a request's pages
@@ -19,11 +31,11 @@ Three timings per arm, arms interleaved in every rep:
   host:   CUDA events around one launch with nothing queued ahead: host launch work
           (Python wrapper, Triton launcher) counted.
 
---sweep times every int8 tile candidate per grid point by graph replay instead and
-writes qsa-int8-grid-sweep.json, which benchmarks/qsa_int8_table.py turns into the
+--sweep times every int8 tile candidate per grid point by graph replay instead (on the
+--selection's rows) and writes qsa-int8-grid-sweep.json, which benchmarks/qsa_int8_table.py turns into the
 sm_90 int8 table.
 
-    python benchmarks/qsa_grid.py --engine PATCHED --upstream PRISTINE --out DIR [--sweep]
+    python benchmarks/qsa_grid.py --engine PATCHED --upstream PRISTINE --out DIR [--sweep | --selection engine]
 """
 
 from __future__ import annotations
@@ -61,6 +73,8 @@ ROWS = (  # (label, requests, rows per request, prefill)
 WIDTHS = (1024, 2051, 4099)
 HEADS = ((24, 2), (12, 1))
 ARMS = ("bf16", "fp8", "int8")
+SELECTIONS = ("uniform", "engine", "engine-shared")
+COMPRESS_RATIO = 4  # the indexer's config.indexer_compress_ratio: tokens per compressed block
 GRAPH_LAUNCHES = 8
 GOAL_OVER_FP8 = 1.15  # int8 at least this much faster than fp8 ...
 GOAL_MIN_GPU_US = 20.0  # ... wherever fp8's GPU work exceeds this
@@ -172,8 +186,88 @@ def build_pools(ops, layout, *, tokens: int, seed: int = 0) -> Pools:
 # --- one grid point's inputs ---------------------------------------------------------
 
 
-def point_inputs(point: Point, num_blocks: int, gen: torch.Generator):
-    """(q, gate, logical_indices, block_table, token_to_req, pool_aliased) on the GPU."""
+def indexer_budget(width: int) -> int:
+    """Tokens the indexer's blocks cover at this output width (width = budget + COMPRESS_RATIO - 1)."""
+    return (width - (COMPRESS_RATIO - 1)) // COMPRESS_RATIO * COMPRESS_RATIO
+
+
+def row_positions(point: Point, device=None) -> torch.Tensor:
+    """Each row's logical position: a request's rows are its last rows_per_request tokens."""
+    last = point.context - point.rows_per_request + torch.arange(point.rows_per_request, dtype=torch.int32, device=device)
+    return last.repeat(point.requests)
+
+
+def draw_blocks(point: Point, gen: torch.Generator, *, shared: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(blocks [rows, budget / ratio], positions, visible_blocks), int32 on gen's device: the
+    indexer's top-k as distinct blocks each row can see (as qsa_cache computes visible_blocks),
+    best-scored first. Shared: one score per block and request, so a request's rows agree."""
+    device = gen.device
+    positions = row_positions(point, device)
+    total = point.context // COMPRESS_RATIO
+    visible = torch.clamp((positions + 1) // COMPRESS_RATIO, 0, total)
+    scores = torch.rand(point.requests if shared else point.rows, total, generator=gen, device=device)
+    if shared:
+        scores = scores.repeat_interleave(point.rows_per_request, dim=0)
+    scores.masked_fill_(torch.arange(total, device=device) >= visible[:, None], -1.0)  # unseen blocks rank last
+    wanted = indexer_budget(point.width) // COMPRESS_RATIO
+    blocks = scores.topk(min(wanted, total), dim=1).indices.to(torch.int32)
+    if wanted > total:  # beyond what the row sees: the expand kernel masks these columns by visible_blocks
+        blocks = torch.cat([blocks, blocks.new_full((point.rows, wanted - total), -1)], dim=1)
+    return blocks, positions, visible.to(torch.int32)
+
+
+def engine_selection(indexer, point: Point, gen: torch.Generator, *, shared: bool) -> torch.Tensor:
+    """logical_indices [rows, width + 1] as the engine builds them: draw_blocks expanded by the
+    engine's expand_qsa_block_indices, padded with -1 columns up to the grid's width."""
+    blocks, positions, visible = draw_blocks(point, gen, shared=shared)
+    budget = indexer_budget(point.width)
+    packed = torch.empty(point.rows, budget + COMPRESS_RATIO, dtype=torch.int32, device=blocks.device)
+    indexer.expand_qsa_block_indices(blocks, positions, visible, COMPRESS_RATIO, budget, packed)
+    logical = torch.full((point.rows, point.width + 1), -1, dtype=torch.int32, device=blocks.device)
+    logical[:, : budget + COMPRESS_RATIO - 1] = packed[:, :-1]
+    logical[:, point.width] = packed[:, -1]
+    check_selection(logical, positions)
+    return logical
+
+
+class SelectionError(ValueError):
+    """An engine-shaped selection broke the packed-row contract the kernel relies on."""
+
+
+def check_selection(logical: torch.Tensor, positions: torch.Tensor) -> None:
+    """The packed contract: the last column counts the row's valid entries, which come first,
+    are distinct, and are causal (no token after the row's position)."""
+    width = logical.shape[1] - 1
+    tokens, count = logical[:, :width], logical[:, width].long()
+    valid = tokens >= 0
+    problems = []
+    if not torch.equal(valid.sum(dim=1), count):
+        problems.append("the count column is not the number of valid entries")
+    if not torch.equal(valid, torch.arange(width, device=logical.device) < count[:, None]):
+        problems.append("valid entries are not packed at the front")
+    if bool((torch.where(valid, tokens, 0) > positions[:, None]).any()):
+        problems.append("a row selects a token after its own position")
+    ordered = torch.where(valid, tokens, -1 - torch.arange(width, device=logical.device)).sort(dim=1).values
+    if bool((ordered[:, 1:] == ordered[:, :-1]).any()):
+        problems.append("a row selects a token twice")
+    if problems:
+        raise SelectionError("engine selection: " + "; ".join(problems))
+
+
+def selector(selection: str, upstream: Path):
+    """point -> logical_indices for an engine --selection, drawn on the GPU; None for uniform
+    (point_inputs draws those itself)."""
+    if selection == "uniform":
+        return None
+    indexer = load_file_as(upstream / OPS_RELPATH / "qsa_indexer.py", "qsa_upstream_indexer")
+    draws = torch.Generator(device="cuda").manual_seed(2)
+    shared = selection == "engine-shared"
+    return lambda point: engine_selection(indexer, point, draws, shared=shared)
+
+
+def point_inputs(point: Point, num_blocks: int, gen: torch.Generator, select=None):
+    """(q, gate, logical_indices, block_table, token_to_req, pool_aliased) on the GPU.
+    select: point -> logical_indices (e.g. engine_selection bound to its module), else uniform."""
     pages = point.context // PAGE
     needed = point.requests * pages
     aliased = needed > num_blocks
@@ -184,13 +278,16 @@ def point_inputs(point: Point, num_blocks: int, gen: torch.Generator):
     table = torch.zeros(point.requests, TABLE_PAGES, dtype=torch.int32)
     table[:, :pages] = physical.view(point.requests, pages)
     t2r = torch.arange(point.requests, dtype=torch.int32).repeat_interleave(point.rows_per_request)
-    count = min(point.width, point.context)
-    logical = torch.full((point.rows, point.width + 1), -1, dtype=torch.int32)
-    if count == point.context:  # the selection covers the context: every token once, shuffled
-        logical[:, :count] = torch.rand(point.rows, point.context, generator=gen).argsort(dim=1).to(torch.int32)
+    if select is not None:
+        logical = select(point)
     else:
-        logical[:, :count] = torch.randint(0, point.context, (point.rows, count), generator=gen, dtype=torch.int32)
-    logical[:, point.width] = count
+        count = min(point.width, point.context)
+        logical = torch.full((point.rows, point.width + 1), -1, dtype=torch.int32)
+        if count == point.context:  # the selection covers the context: every token once, shuffled
+            logical[:, :count] = torch.rand(point.rows, point.context, generator=gen).argsort(dim=1).to(torch.int32)
+        else:
+            logical[:, :count] = torch.randint(0, point.context, (point.rows, count), generator=gen, dtype=torch.int32)
+        logical[:, point.width] = count
     q = torch.randn(point.rows, point.q_heads, HEAD_DIM, generator=gen).to(torch.bfloat16)
     gate = torch.randn(point.rows, point.q_heads, HEAD_DIM, generator=gen).to(torch.bfloat16)
     return q.cuda(), gate.cuda(), logical.cuda(), table.cuda(), t2r.cuda(), aliased
@@ -282,11 +379,15 @@ def warm_compile(args, ops, upstream, pools: Pools, points: list[Point], gen) ->
     torch.cuda.synchronize()
 
 
-def measure(args, ops, upstream, pools: Pools, points: list[Point], gen) -> dict:
+def grid_name(selection: str) -> str:
+    return "qsa-grid-h200.json" if selection == "uniform" else f"qsa-grid-{selection}-h200.json"
+
+
+def measure(args, ops, upstream, pools: Pools, points: list[Point], gen, select=None) -> dict:
     modules = {"bf16": upstream, "fp8": upstream, "int8": ops}
     results = {"points": []}
     for index, point in enumerate(points):
-        inputs = point_inputs(point, pools.num_blocks, gen)
+        inputs = point_inputs(point, pools.num_blocks, gen, select)
         fns = {arm: make_launch(modules[arm], pools, arm, point, inputs) for arm in ARMS}
         graphs = {arm: capture(fn) for arm, fn in fns.items()}
         for fn in fns.values():
@@ -315,7 +416,7 @@ def measure(args, ops, upstream, pools: Pools, points: list[Point], gen) -> dict
         )
         del fns, graphs, inputs
         if index % 12 == 11:
-            write_json(args.out, "qsa-grid-h200.json", results)  # partial results survive a timeout
+            write_json(args.out, grid_name(args.selection), results)  # partial results survive a timeout
     return results
 
 
@@ -334,7 +435,7 @@ def sweep_candidates(base_programs: int) -> list[tuple[int, int, int]]:
     return [(bn, w, s) for (bn, w), s in itertools.product(tiles, splits)]
 
 
-def sweep(args, ops, pools: Pools, points: list[Point], gen) -> dict:
+def sweep(args, ops, pools: Pools, points: list[Point], gen, select=None) -> dict:
     shard = tuple(int(x) for x in args.compile_shard.split("/")) if args.compile_shard else None
     results = {"timing": f"CUDA graph of {GRAPH_LAUNCHES} launches replayed, ms per launch, median of {args.reps}, candidates interleaved per rep", "cases": {}}
     jobs = [(p, c) for p in points for c in sweep_candidates(p.rows * p.kv_heads)]
@@ -352,7 +453,7 @@ def sweep(args, ops, pools: Pools, points: list[Point], gen) -> dict:
         torch.cuda.synchronize()
         return results
     for index, point in enumerate(points):
-        inputs = point_inputs(point, pools.num_blocks, gen)
+        inputs = point_inputs(point, pools.num_blocks, gen, select)
         launch = make_launch(ops, pools, "int8", point, inputs)
         fns, graphs = {}, {}
         for cand in sweep_candidates(point.rows * point.kv_heads):
@@ -404,6 +505,7 @@ def main() -> None:
     parser.add_argument("--sweep", action="store_true", help="time int8 tile candidates per point (tunes sm_90)")
     parser.add_argument("--compile-shard", help="I/N: only compile every N-th distinct kernel (run N of these in parallel first)")
     parser.add_argument("--pool-tokens", type=int, default=POOL_TOKENS)
+    parser.add_argument("--selection", choices=SELECTIONS, default="uniform", help="what the rows select (see above)")
     args = parser.parse_args()
 
     ops = load_qsa_ops(args.engine)
@@ -414,9 +516,11 @@ def main() -> None:
     pool_tokens = min(args.pool_tokens, 1 << 16) if args.compile_shard else args.pool_tokens
     pools = build_pools(ops, layout, tokens=pool_tokens)
     gen = torch.Generator().manual_seed(1)
+    select = None if args.compile_shard else selector(args.selection, args.upstream)
     if args.sweep:
-        results = sweep(args, ops, pools, points, gen)
+        results = sweep(args, ops, pools, points, gen, select)
         if not args.compile_shard:
+            results["selection"] = args.selection
             results["versions"] = versions()
             write_json(args.out, "qsa-int8-grid-sweep.json", results)
         print(f"sweep of {len(points)} points in {time.time() - started:.0f} s")
@@ -424,7 +528,8 @@ def main() -> None:
     if args.compile_shard:
         warm_compile(args, ops, upstream, pools, points, gen)
         return
-    results = measure(args, ops, upstream, pools, points, gen)
+    results = measure(args, ops, upstream, pools, points, gen, select)
+    results["selection"] = args.selection
     results["copy_tb_per_s"] = copy_bandwidth(10)
     results["versions"] = versions()
     results["pool_tokens"] = args.pool_tokens
@@ -434,8 +539,8 @@ def main() -> None:
         "arms interleaved per rep."
     )
     results["goal"] = f"int8 >= {GOAL_OVER_FP8}x faster than fp8 (graph) where fp8's GPU work > {GOAL_MIN_GPU_US} us, never slower than bf16"
-    write_json(args.out, "qsa-grid-h200.json", results)
-    print(f"grid of {len(points)} points in {time.time() - started:.0f} s")
+    write_json(args.out, grid_name(args.selection), results)
+    print(f"grid of {len(points)} points ({args.selection} selections) in {time.time() - started:.0f} s")
 
 
 if __name__ == "__main__":

@@ -6,7 +6,8 @@ before each profiled kernel, so every number is one launch from a cold L2:
 
     ncu --clock-control none --section SpeedOfLight --section MemoryWorkloadAnalysis \\
         --section WarpStateStats --section Occupancy -k regex:sparse_paged \\
-        python benchmarks/qsa_grid_ncu.py --engine PATCHED --upstream PRISTINE --points "NAME;NAME" > ncu.txt
+        python benchmarks/qsa_grid_ncu.py --engine PATCHED --upstream PRISTINE --points "NAME;NAME" \
+        [--selection engine] > ncu.txt
 
 Table mode (anywhere): ``python benchmarks/qsa_grid_ncu.py --table ncu.txt --out DIR`` writes
 qsa-grid-ncu-h200.json and prints one row per (point, arm), matched to the launch order.
@@ -39,7 +40,7 @@ def launch(args) -> None:
     import torch
 
     sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from qsa_grid import POOL_TOKENS, build_pools, grid, make_launch, point_inputs
+    from qsa_grid import POOL_TOKENS, build_pools, grid, make_launch, point_inputs, selector
     from qsa_loader import OPS_RELPATH, load_file_as, load_ops_module, load_qsa_ops
 
     ops = load_qsa_ops(args.engine)
@@ -51,11 +52,12 @@ def launch(args) -> None:
         raise SystemExit(f"--points: unknown grid point(s) {unknown}; names look like 'ctx32K decode 64x5 w2051 24/2'")
     pools = build_pools(ops, load_ops_module("qsa_kv_layout"), tokens=POOL_TOKENS)
     gen = torch.Generator().manual_seed(1)
+    select = selector(args.selection, args.upstream)
     modules = {"fp8": upstream, "int8": ops}
     order = []
     for name in wanted:
         point = by_name[name]
-        inputs = point_inputs(point, pools.num_blocks, gen)
+        inputs = point_inputs(point, pools.num_blocks, gen, select)
         for arm in ARMS:
             make_launch(modules[arm], pools, arm, point, inputs)()
             torch.cuda.synchronize()
@@ -119,6 +121,8 @@ def main() -> None:
     parser.add_argument("--engine", type=Path)
     parser.add_argument("--upstream", type=Path)
     parser.add_argument("--points", default="", help="grid point names, ';'-separated")
+    parser.add_argument("--selection", default="uniform", choices=("uniform", "engine", "engine-shared"),
+                        help="what the rows select, as qsa_grid.py --selection")
     parser.add_argument("--table", type=Path, help="an ncu text report of launch mode: tabulate it")
     parser.add_argument("--out", type=Path, default=Path("."))
     args = parser.parse_args()

@@ -1,8 +1,9 @@
 """Tables and heatmaps of a qsa_grid.py run: int8 vs fp8 and vs bf16 at every grid point (CPU).
 
-Writes <out>/qsa-grid-h200.png (two heatmaps of speedup by CUDA-graph time: fp8 / int8 and
-bf16 / int8) and <out>/qsa-grid-h200.txt (every point, the ranges per row shape and the goal per
-context, then the points that miss the goal with the numbers that name their limiter).
+Writes <out>/STEM.png (two heatmaps of speedup by CUDA-graph time: fp8 / int8 and bf16 / int8)
+and <out>/STEM.txt (every point, the ranges per row shape and the goal per context, then the
+points that miss the goal with the numbers that name their limiter), STEM being the grid JSON's
+(qsa-grid-h200, or qsa-grid-engine-h200 for a --selection engine run).
 
     python benchmarks/qsa_grid_report.py --grid evidence/kernels/qsa-grid-h200.json --out evidence/kernels \
         [--ncu evidence/kernels/qsa-grid-ncu-h200.json evidence/kernels/qsa-grid-ncu-prefill-h200.json] \
@@ -10,8 +11,9 @@ context, then the points that miss the goal with the numbers that name their lim
 
 With --ncu (benchmarks/qsa_grid_ncu.py's tables), profiled misses are named from their counters,
 and the rest by the inference those profiles support. With --baseline (an earlier grid, e.g.
-`git show REV:evidence/kernels/qsa-grid-h200.json`), each row shape's median time ratio against
-it, for fp8 (how far the machine moved between the runs) and int8.
+`git show REV:evidence/kernels/qsa-grid-h200.json`, or the uniform grid beside an engine-selection
+one), each row shape's median time ratio against it, for fp8 (how far the machine moved between
+the runs, or what the selection pattern does to fp8) and int8.
 """
 
 from __future__ import annotations
@@ -91,12 +93,17 @@ def load_profiled(paths) -> dict[str, dict]:
     return profiled
 
 
+def selection(grid: dict) -> str:
+    """What the grid's rows select (qsa_grid.py --selection; grids before it was added: uniform)."""
+    return grid.get("selection", "uniform")
+
+
 def summary(grid: dict, profiled: dict[str, dict] | None = None) -> str:
     """profiled: point name -> {"fp8": ncu row, "int8": ncu row}."""
     profiled = profiled or {}
     copy = grid["copy_tb_per_s"]
     lines = [
-        f"QSA grid on {grid['versions']['gpu']} ({grid['timing']})",
+        f"QSA grid on {grid['versions']['gpu']}, {selection(grid)} selections ({grid['timing']})",
         f"goal: {grid['goal']}",
         "",
         f"{'point':<36}{'int8 cfg':>10}{'bf16 us':>9}{'fp8 us':>9}{'int8 us':>9}{'x fp8':>7}{'x bf16':>7}"
@@ -204,7 +211,8 @@ def heatmaps(grid: dict, path: Path) -> None:
         ax.set_yticks(range(len(row_keys)), [f"{c // 1024}K {label}" for c, label in row_keys], fontsize=8)
         ax.set_title(title, fontsize=10)
         fig.colorbar(image, ax=ax, shrink=0.6)
-    fig.suptitle(f"int8 QSA speedup by CUDA-graph time on {grid['versions']['gpu']} (* fp8 GPU work <= 20 us)")
+    fig.suptitle(f"int8 QSA speedup by CUDA-graph time on {grid['versions']['gpu']}, {selection(grid)} selections "
+                 "(* fp8 GPU work <= 20 us)")
     fig.tight_layout()
     fig.savefig(path, dpi=100)
 
@@ -223,9 +231,9 @@ def main() -> None:
     text = summary(grid, profiled) + "\n" + by_shape(grid)
     if args.baseline:
         text += f"\nagainst {args.baseline.name}:\n" + against(grid, json.loads(args.baseline.read_text()))
-    (args.out / "qsa-grid-h200.txt").write_text(text)
+    (args.out / f"{args.grid.stem}.txt").write_text(text)
     print(text)
-    heatmaps(grid, args.out / "qsa-grid-h200.png")
+    heatmaps(grid, args.out / f"{args.grid.stem}.png")
 
 
 if __name__ == "__main__":

@@ -1,9 +1,10 @@
 """Load the QSA Triton ops of an (optionally patched) vLLM tree without vLLM.
 
-The QSA ops modules import only torch, triton and three small vLLM helpers:
-``vllm.platforms.current_platform``, ``vllm.triton_utils`` and the warmup
-helper. This module installs tiny stand-ins for those three and imports the
-REAL ``ops/qsa.py`` (and ``ops/qsa_prepare.py``) from the tree, so tests,
+The QSA ops modules import only torch, triton and small vLLM helpers:
+``vllm.platforms.current_platform``, ``vllm.triton_utils``, the warmup helper
+and (``ops/qsa_indexer.py``) ``vllm.envs`` and ``vllm.utils.math_utils``. This
+module installs tiny stand-ins for those and imports the REAL ``ops/qsa.py``
+(and ``ops/qsa_prepare.py``, ``ops/qsa_indexer.py``) from the tree, so tests,
 benchmarks and the builder's ahead-of-time compile run the shipped code, not a
 copy of it. Used by int8_unit_test.py, benchmarks/ and builder.patches.aot.
 """
@@ -93,7 +94,7 @@ def _module(name: str, **attrs: Any) -> types.ModuleType:
 
 
 def install_standins(engine_root: Path, capability: tuple[int, int] | None) -> None:
-    """Put the three vLLM helpers and the ops package path into sys.modules."""
+    """Put the vLLM helpers the ops modules import, and the ops package path, into sys.modules."""
     import triton
     import triton.language as tl
 
@@ -118,6 +119,12 @@ def install_standins(engine_root: Path, capability: tuple[int, int] | None) -> N
         "vllm.model_executor.warmup.jit_warmup_triton_helper",
         TritonWarmupTensor=WarmupTensor,
         triton_scalar_specialization_rep=_scalar_rep,
+    )
+    # ops/qsa_indexer.py (the engine's selection expansion) imports these two as well.
+    sys.modules["vllm.envs"] = _module("vllm.envs")
+    sys.modules["vllm.utils"] = _module("vllm.utils", __path__=[])
+    sys.modules["vllm.utils.math_utils"] = _module(
+        "vllm.utils.math_utils", round_up=lambda x, y: -(-x // y) * y
     )
 
 
