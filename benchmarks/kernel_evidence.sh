@@ -47,6 +47,9 @@
 #     and its tests (QFN_QSA_PATCHED_TREE=PAIRLD pytest); shipped behind PAIRED_SCALES (same PTX: same_ptx.py), then on
 #     the applied series: tests grid, and by hand the split-tail test on a mutant whose two-load path reads V's scales
 #     from K's pointer (pytest -k split_scale_tail, kept as int8_unit_test-mutation-split-scales-h200.log).
+#   2026-12-02 (session 32): grid grid-engine (the indexer's selections: runs of 4 tokens, causal tail, distinct blocks);
+#     then grid-sweep (on engine selections, QFN_QSA_SELECTION's default since), and on the table it wrote:
+#     tests grid grid-engine memcheck, then ncu-selection
 #   Earlier evidence (kernel before issue 13; files named in evidence/kernels/README.md):
 #   benchmarks/kernel_evidence.sh PATCHED UPSTREAM OUT memcheck mutation sweep layouts trims store ncu
 #
@@ -65,9 +68,10 @@ QSA_OPS=vllm/models/qwen4_exp/nvidia/ops/qsa.py
 SWEEP_CASES=seed,production-prefill,decode-mtp,tp2-prefill,tp2-decode-mtp,long-context-decode,decode-mtp-2req,decode-mtp-3req,decode-mtp-6req,decode-mtp-16req
 SHARDS=13
 
-ncu_points() {  # ncu_points TXT JSON "POINT;POINT": fp8 and int8 counters, one cold launch each, and their table
+ncu_points() {  # ncu_points TXT JSON "POINT;POINT" [SELECTION]: fp8 and int8 counters, one cold launch each, and their table
   ncu --clock-control none --section SpeedOfLight --section MemoryWorkloadAnalysis --section WarpStateStats --section Occupancy \
-    -k regex:sparse_paged python benchmarks/qsa_grid_ncu.py --engine "$E" --upstream "$U" --points "$3" > "$OUT/$1" 2>&1
+    -k regex:sparse_paged python benchmarks/qsa_grid_ncu.py --engine "$E" --upstream "$U" --points "$3" \
+    --selection "${4:-uniform}" > "$OUT/$1" 2>&1
   local table
   table=$(mktemp -d)
   python benchmarks/qsa_grid_ncu.py --table "$OUT/$1" --out "$table"
@@ -96,7 +100,9 @@ for step in "$@"; do
       fi ;;
     grid-sweep)
       compile_shards --sweep
-      python benchmarks/qsa_grid.py --engine "$E" --upstream "$U" --out "$OUT" --sweep --reps 10 > "$OUT/qsa-int8-grid-sweep-h200.txt" 2>&1
+      # QFN_QSA_SELECTION: the rows the sweep tunes on (qsa_grid.py --selection; session 32 on: engine).
+      python benchmarks/qsa_grid.py --engine "$E" --upstream "$U" --out "$OUT" --sweep --reps 10 \
+        --selection "${QFN_QSA_SELECTION:-engine}" > "$OUT/qsa-int8-grid-sweep-h200.txt" 2>&1
       python benchmarks/qsa_int8_table.py --sweep "$OUT/qsa-int8-grid-sweep.json" --qsa "$E/$QSA_OPS" --out "$OUT" >> "$OUT/qsa-int8-grid-sweep-h200.txt"
       mv "$OUT/qsa-int8-grid-sweep.json" "$OUT/qsa-int8-grid-sweep-h200.json"
       mv "$OUT/qsa-int8-table.json" "$OUT/qsa-int8-table-h200.json" ;;
@@ -104,6 +110,17 @@ for step in "$@"; do
       compile_shards
       python benchmarks/qsa_grid.py --engine "$E" --upstream "$U" --out "$OUT" --reps 15 > "$OUT/qsa-grid-h200.log" 2>&1
       python benchmarks/qsa_grid_report.py --grid "$OUT/qsa-grid-h200.json" --out "$OUT" > /dev/null ;;
+    grid-engine)
+      # The grid again with what the engine's indexer hands the kernel (qsa_grid.py --selection): rows
+      # drawn independently, then a request's rows ranking blocks alike; each against this run's uniform
+      # grid (run `grid` first in the same call, so the ratios are not two calls' drift).
+      compile_shards
+      for selection in engine engine-shared; do
+        python benchmarks/qsa_grid.py --engine "$E" --upstream "$U" --out "$OUT" --reps 15 --selection "$selection" \
+          > "$OUT/qsa-grid-$selection-h200.log" 2>&1
+        python benchmarks/qsa_grid_report.py --grid "$OUT/qsa-grid-$selection-h200.json" --out "$OUT" \
+          --baseline "$OUT/qsa-grid-h200.json" > /dev/null
+      done ;;
     fix-speed)
       # Old (QFN_QSA_OLD_TREE) and new int8 kernel side by side; compile each case in parallel first.
       for c in "production 8x256 interleaved" "production 8x256 contiguous" "prefill 1x2048 ctx32K" \
@@ -162,6 +179,13 @@ for step in "$@"; do
       points="ctx32K prefill 512 w2051 24/2;ctx32K prefill 2048 w2051 24/2;ctx128K prefill 512 w4099 24/2;ctx256K prefill 512 w2051 12/1"
       points+=";ctx256K prefill 2048 w4099 24/2;ctx4K prefill 2048 w2051 12/1"
       ncu_points ncu-grid-prefill-h200.txt qsa-grid-ncu-prefill-h200.json "$points" ;;
+    ncu-selection)
+      # The same four points under uniform and engine selections: what the indexer's runs of 4 tokens change.
+      points="ctx32K prefill 512 w2051 24/2;ctx256K prefill 2048 w4099 24/2;ctx32K decode 64x5 w2051 24/2"
+      points+=";ctx128K decode 256x5 w4099 12/1"
+      for selection in uniform engine; do
+        ncu_points "ncu-selection-$selection-h200.txt" "qsa-grid-ncu-selection-$selection-h200.json" "$points" "$selection"
+      done ;;
     host-cost)
       python benchmarks/int8_variants/host_cost.py --engine "$E" --upstream "$U" --out "$OUT" \
         --rows "decode 1x5,decode 8x5,prefill 512" --heads 24/2 --top 40 > "$OUT/qsa-int8-host-cost-h200.txt" 2>&1 ;;

@@ -92,7 +92,8 @@ def test_no_sm90_int8_tile_spills(patched_tree):
     from builder.patches.aot import compile_qsa_kernels
 
     report = compile_qsa_kernels(engine_root=patched_tree, arch="sm_90", cache_dtypes=("int8",))
-    assert len(report.configs) == 24
+    # Both sides of the gate are compiled: the one-warp 32-token tile and a 128-token one.
+    assert {(c.block_n, c.num_warps) for c in report.configs} >= {(32, 1), (128, 4)}
     assert [(c.num_query_heads, c.block_n, c.num_warps, c.num_splits, c.local_bytes) for c in report.configs if c.local_bytes] == []
 
 
