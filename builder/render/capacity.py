@@ -18,7 +18,9 @@ from builder.measure.evidence import GateEvidence
 from builder.plan.budget import GIB
 from builder.plan.models import CapacityPlan, EngineFidelityCheck, EnginePoolCheck
 
-KERNEL_SPEED_FILE = "qsa-grid-h200.json"
+#: The kernel grid per selection pattern, the engine's first (benchmarks/qsa_grid.py --selection):
+#: what the indexer hands the kernel, then uniform random tokens (a synthetic stress without runs).
+KERNEL_SPEED_FILES = (("engine", "qsa-grid-engine-h200.json"), ("uniform", "qsa-grid-h200.json"))
 KERNEL_ACCURACY_FILE = "qsa-int8-accuracy.json"
 #: The three KV dtypes the kernel evidence compares, as its arms name them.
 KERNEL_ARMS = ("bf16", "fp8", "int8")
@@ -42,6 +44,7 @@ class KernelSpeedRow(BaseModel):
     """One row shape of the grid: int8's speed-up ranges over the points where the goal applies."""
 
     model_config = ConfigDict(frozen=True)
+    selections: str
     rows: str
     points: str
     int8_vs_fp8: str
@@ -75,7 +78,7 @@ class CapacitySection(BaseModel):
     budget_terms: list[str] = []
     budget_exact: bool = True
     notes: list[str] = []
-    kernel_speed_source: str | None = None
+    kernel_speed_sources: list[str] = []
     kernel_speed: list[KernelSpeedRow] = []
     accuracy_source: str | None = None
     accuracy_metric: str = ""
@@ -124,16 +127,23 @@ def _tokens(n: int) -> str:
     return f"{n // 1024}K" if n % 1024 == 0 else str(n)
 
 
-def kernel_speed(kernels_dir: Path) -> tuple[str | None, list[KernelSpeedRow]]:
-    """int8 vs fp8 and bf16 per row shape of the engine grid, over the points the goal covers.
+def kernel_speed(kernels_dir: Path) -> tuple[list[str], list[KernelSpeedRow]]:
+    """int8 vs fp8 and bf16 per row shape of the engine grid, over the points the goal covers,
+    for each selection pattern measured.
 
     Ranges, not a chosen case: the grid is where the engine goes, and the card must show where
     int8 is not ahead as plainly as where it is (CUDA-graph time, as vLLM runs decode).
     """
-    path = kernels_dir / KERNEL_SPEED_FILE
-    if not path.is_file():
-        return None, []
-    data = _read_json(path)
+    sources, rows = [], []
+    for selections, name in KERNEL_SPEED_FILES:
+        path = kernels_dir / name
+        if path.is_file():
+            sources.append(f"evidence/kernels/{name}")
+            rows += _speed_rows(selections, _read_json(path))
+    return sources, rows
+
+
+def _speed_rows(selections: str, data: dict) -> list[KernelSpeedRow]:
     groups: dict[str, list[dict]] = {}
     for point in data.get("points", []):
         if isinstance(point, dict) and point.get("goal_in_scope"):
@@ -144,12 +154,12 @@ def kernel_speed(kernels_dir: Path) -> tuple[str | None, list[KernelSpeedRow]]:
         bf16 = [p["int8_speedup_over_bf16"]["graph"] for p in points]
         contexts = sorted({p["context"] for p in points})
         rows.append(KernelSpeedRow(
-            rows=label,
+            selections=selections, rows=label,
             points=f"{len(points)} (context {_tokens(contexts[0])}-{_tokens(contexts[-1])})",
             int8_vs_fp8=_span(fp8), int8_vs_bf16=_span(bf16),
             goal_met=f"{sum(bool(p.get('goal_met')) for p in points)} of {len(points)}",
         ))
-    return f"evidence/kernels/{KERNEL_SPEED_FILE}", rows
+    return rows
 
 
 def kernel_accuracy(kernels_dir: Path) -> tuple[str | None, str, list[AccuracyRow]]:
@@ -220,9 +230,9 @@ def engine_fidelity_note(path: Path) -> str | None:
 def capacity_section(plan: CapacityPlan | None, *, plan_error: str | None, evidence_dir: Path,
                      kernels_dir: Path | None) -> CapacitySection:
     """The card's first section for one target."""
-    speed_src, speed = kernel_speed(kernels_dir) if kernels_dir is not None else (None, [])
+    speed_src, speed = kernel_speed(kernels_dir) if kernels_dir is not None else ([], [])
     acc_src, metric, acc = kernel_accuracy(kernels_dir) if kernels_dir is not None else (None, "", [])
-    kernel = {"kernel_speed_source": speed_src, "kernel_speed": speed, "accuracy_source": acc_src,
+    kernel = {"kernel_speed_sources": speed_src, "kernel_speed": speed, "accuracy_source": acc_src,
               "accuracy_metric": metric, "accuracy": acc}
     if plan is None:
         return CapacitySection(computed=False, error=plan_error, **kernel)

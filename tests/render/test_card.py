@@ -174,20 +174,23 @@ def test_kernel_speed_and_accuracy_are_the_files_numbers_labelled_h200_kernel_le
     _, text = _card(tmp_path, "gb10", kernels_dir=kernels)
     section = _section(text, "What it buys you")
     assert "Kernel level, measured on one H200 (sm_90), not on gb10" in section
-    grid = json.loads((kernels / "qsa-grid-h200.json").read_text())["points"]
-    judged = [p for p in grid if p["goal_in_scope"]]
-    by_rows: dict[str, list[dict]] = {}
-    for p in judged:
-        by_rows.setdefault(p["rows_label"], []).append(p)
-    for label, points in by_rows.items():
-        fp8 = [p["int8_speedup_over_fp8"]["graph"] for p in points]
-        met = sum(p["goal_met"] for p in points)
-        row = next(r for r in _table_rows(section) if r[0] == label)
-        assert row[2] in (f"{min(fp8):.2f}-{max(fp8):.2f}x", f"{min(fp8):.2f}x"), row
-        assert row[4] == f"{met} of {len(points)}", row
-    # Honest about misses: the grid has points where int8 is below the goal, and the card shows them.
-    assert any(not p["goal_met"] for p in judged)
-    assert sum(int(r[4].split(" of ")[0]) for r in _table_rows(section) if " of " in r[4]) < len(judged)
+    judged_by = {}
+    for selections, name in (("engine", "qsa-grid-engine-h200.json"), ("uniform", "qsa-grid-h200.json")):
+        assert f"`evidence/kernels/{name}`" in section
+        judged = judged_by[selections] = [p for p in json.loads((kernels / name).read_text())["points"] if p["goal_in_scope"]]
+        by_rows: dict[str, list[dict]] = {}
+        for p in judged:
+            by_rows.setdefault(p["rows_label"], []).append(p)
+        for label, points in by_rows.items():
+            fp8 = [p["int8_speedup_over_fp8"]["graph"] for p in points]
+            met = sum(p["goal_met"] for p in points)
+            row = next(r for r in _table_rows(section) if r[:2] == [selections, label])
+            assert row[3] in (f"{min(fp8):.2f}-{max(fp8):.2f}x", f"{min(fp8):.2f}x"), row
+            assert row[5] == f"{met} of {len(points)}", row
+    # Honest about misses: the uniform grid has points where int8 is below the goal, and the card shows them.
+    assert any(not p["goal_met"] for p in judged_by["uniform"])
+    uniform_met = sum(int(r[5].split(" of ")[0]) for r in _table_rows(section) if r[0] == "uniform" and " of " in r[5])
+    assert uniform_met < len(judged_by["uniform"])
     accuracy = json.loads((kernels / "qsa-int8-accuracy.json").read_text())["inputs"]
     for name, result in accuracy.items():
         worst = {a: max(w[a]["total"] for w in result["widths"].values()) for a in ("bf16", "fp8", "int8")}
