@@ -47,7 +47,7 @@
 #     and its tests (QFN_QSA_PATCHED_TREE=PAIRLD pytest); shipped behind PAIRED_SCALES (same PTX: same_ptx.py), then on
 #     the applied series: tests grid, and by hand the split-tail test on a mutant whose two-load path reads V's scales
 #     from K's pointer (pytest -k split_scale_tail, kept as int8_unit_test-mutation-split-scales-h200.log).
-#   2026-12-02 (session 32): grid grid-engine (the indexer's selections: runs of 4 tokens, causal tail, distinct blocks);
+#   2026-12-02 (session 32): expand-check grid grid-engine (the indexer's selections: runs of 4 tokens, causal tail, distinct blocks);
 #     then grid-sweep (on engine selections, QFN_QSA_SELECTION's default since), and on the table it wrote:
 #     tests grid grid-engine memcheck, then ncu-selection
 #   Earlier evidence (kernel before issue 13; files named in evidence/kernels/README.md):
@@ -110,6 +110,33 @@ for step in "$@"; do
       compile_shards
       python benchmarks/qsa_grid.py --engine "$E" --upstream "$U" --out "$OUT" --reps 15 > "$OUT/qsa-grid-h200.log" 2>&1
       python benchmarks/qsa_grid_report.py --grid "$OUT/qsa-grid-h200.json" --out "$OUT" > /dev/null ;;
+    expand-check)
+      # The engine's expand_qsa_block_indices against the contract expansion of tests/benchmarks/test_qsa_grid.py,
+      # on the grid's own draws (qsa_grid.engine_selection with each), at 30 small cases.
+      python - > "$OUT/qsa-grid-engine-expand-crosscheck-h200.txt" 2>&1 <<PY
+import sys, torch
+from pathlib import Path
+sys.path[:0] = ["bundle/patches", "benchmarks", "tests/benchmarks", "."]
+from qsa_loader import OPS_RELPATH, load_file_as, load_qsa_ops
+load_qsa_ops(Path("$E"))
+ix = load_file_as(Path("$U") / OPS_RELPATH / "qsa_indexer.py", "qsa_upstream_indexer")
+import qsa_grid, test_qsa_grid
+n = 0
+for ctx in (64, 4096, 32768):
+    for label, req, rpr, prefill in (("decode 3x5", 3, 5, False), ("prefill 300", 1, 300, True)):
+        for width in qsa_grid.WIDTHS:
+            for shared in (False, True):
+                p = qsa_grid.Point(ctx, label, req, rpr, prefill, width, 24, 2)
+                if rpr > ctx: continue
+                got = qsa_grid.engine_selection(ix, p, torch.Generator(device="cuda").manual_seed(n), shared=shared)
+                want = qsa_grid.engine_selection(test_qsa_grid.ContractExpand(), p, torch.Generator(device="cuda").manual_seed(n), shared=shared)
+                same = torch.equal(got.cpu(), want.cpu())
+                print(f"ctx {ctx} {label} w{width} shared={shared}: engine kernel == contract: {same}")
+                assert same
+                n += 1
+print(f"{n} cases: the engine's expand_qsa_block_indices matches the test's contract expansion")
+PY
+      ;;
     grid-engine)
       # The grid again with what the engine's indexer hands the kernel (qsa_grid.py --selection): rows
       # drawn independently, then a request's rows ranking blocks alike; each against this run's uniform
