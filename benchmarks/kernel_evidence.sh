@@ -50,6 +50,9 @@
 #   2026-12-02 (session 32): expand-check grid grid-engine (the indexer's selections: runs of 4 tokens, causal tail, distinct blocks);
 #     then grid-sweep (on engine selections, QFN_QSA_SELECTION's default since), and on the table it wrote:
 #     tests grid grid-engine memcheck, then ncu-selection
+#   2026-12-02 (session 33): the int8 path's own lean wrapper: host-cost (QFN_QSA_BEFORE_TREE=session 32's tree) tests,
+#     then grid grid-engine; the uniform report redone on a CPU machine with --ncu (as in session 32) and
+#     --baseline session 32's grid
 #   Earlier evidence (kernel before issue 13; files named in evidence/kernels/README.md):
 #   benchmarks/kernel_evidence.sh PATCHED UPSTREAM OUT memcheck mutation sweep layouts trims store ncu
 #
@@ -214,8 +217,11 @@ PY
         ncu_points "ncu-selection-$selection-h200.txt" "qsa-grid-ncu-selection-$selection-h200.json" "$points" "$selection"
       done ;;
     host-cost)
-      python benchmarks/int8_variants/host_cost.py --engine "$E" --upstream "$U" --out "$OUT" \
-        --rows "decode 1x5,decode 8x5,prefill 512" --heads 24/2 --top 40 > "$OUT/qsa-int8-host-cost-h200.txt" 2>&1 ;;
+      # QFN_QSA_BEFORE_TREE (optional): another patched tree, timed beside as "int8 before" (attention and write).
+      filters=(--contexts 4096 --rows "decode 1x5,decode 8x5,decode 64x5,prefill 512" --widths "1024,2051,4099")
+      compile_shards "${filters[@]}"
+      python benchmarks/int8_variants/host_cost.py --engine "$E" --upstream "$U" --out "$OUT" "${filters[@]}" --top 40 \
+        ${QFN_QSA_BEFORE_TREE:+--before "$QFN_QSA_BEFORE_TREE"} > "$OUT/qsa-int8-host-cost-h200.txt" 2>&1 ;;
     memcheck)
       compute-sanitizer --tool memcheck python -m pytest -p no:cacheprovider bundle/patches/int8_unit_test.py \
         -k "memcheck or quantize_on_write" -s > "$OUT/int8_unit_test-memcheck-h200.log" 2>&1

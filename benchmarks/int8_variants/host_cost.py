@@ -31,7 +31,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path[:0] = [str(ROOT / "benchmarks"), str(ROOT / "bundle" / "patches")]
 
 from qsa_grid import add_grid_arguments, build_pools, make_launch, point_inputs, selected_points, versions, write_json  # noqa: E402
-from qsa_loader import OPS_RELPATH, load_file_as, load_ops_module, load_qsa_ops  # noqa: E402
+from qsa_loader import OPS_PACKAGE, OPS_RELPATH, load_file_as, load_ops_module, load_qsa_ops  # noqa: E402
 
 DEFAULTS = {"contexts": "4096", "rows": "decode 1x5,decode 8x5,decode 64x5,prefill 512", "widths": "2051"}
 BATCH = 32  # calls between drains: 64 launches at most in the queue
@@ -102,10 +102,23 @@ def binder_costs(module, fn, *, number: int = 2000) -> dict[str, float]:
     return costs
 
 
+def store_launches(modules: dict, pools, point, gen) -> dict:
+    """Per int8 arm, one qsa_store_int8_kv of the point's rows into the pool's int8 cache."""
+    key, value, kwargs = pools.views("int8", point.kv_heads)
+    rows = torch.randn(point.rows, point.kv_heads, 2, key.shape[-1], generator=gen).to(torch.bfloat16).cuda()
+    slots = torch.randperm(pools.num_blocks * key.shape[1], generator=gen)[: point.rows].cuda()
+    scales = kwargs["k_scale_cache"], kwargs["v_scale_cache"]
+    return {
+        arm: (lambda m=module: m.qsa_store_int8_kv(rows[:, :, 0], rows[:, :, 1], key, value, *scales, slots))
+        for arm, module in modules.items()
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     add_grid_arguments(parser, reps=40, defaults=DEFAULTS)
     parser.add_argument("--top", type=int, default=14)
+    parser.add_argument("--before", type=Path, help="another patched tree: its int8 path as the arm 'int8 before'")
     args = parser.parse_args()
 
     ops = load_qsa_ops(args.engine)
@@ -114,12 +127,19 @@ def main() -> None:
     pools = build_pools(ops, layout, tokens=POOL)
     gen = torch.Generator().manual_seed(1)
     modules = {"bf16": upstream, "fp8": upstream, "int8": ops}
+    int8_modules = {"int8": ops}
+    if args.before:
+        # In the ops package, so its relative import of qsa_kv_layout resolves.
+        int8_modules["int8 before"] = modules["int8 before"] = load_file_as(args.before / OPS_RELPATH / "qsa.py", f"{OPS_PACKAGE}.qsa_before")
+    cache_of = {arm: "int8" if arm.startswith("int8") else arm for arm in modules}
     results, texts = [], []
-    header = f"{'point':34} {'bf16 us':>8} {'fp8 us':>8} {'int8 us':>8} {'int8-fp8':>9}"
+    header = f"{'point':34} " + " ".join(f"{arm + ' us':>14}" for arm in modules) + f" {'int8-fp8':>9} {'int8-bf16':>9}"
+    if args.before:
+        header += f" {'store us':>9} {'before':>9}"
     print(header)
     for point in selected_points(args):
         inputs = point_inputs(point, pools.num_blocks, gen)
-        fns = {arm: make_launch(module, pools, arm, point, inputs) for arm, module in modules.items()}
+        fns = {arm: make_launch(module, pools, cache_of[arm], point, inputs) for arm, module in modules.items()}
         for fn in fns.values():
             fn()
         times = host_times(fns, reps=args.reps)
@@ -128,17 +148,28 @@ def main() -> None:
             profiles[arm], text = profile(fn, calls=CALLS, top=args.top)
             texts.append(f"=== {point.name} {arm}: {CALLS} calls, own time per call\n{text}")
         binders = {arm: binder_costs(modules[arm], fn) for arm, fn in fns.items()}
-        results.append({"name": point.name, "host_us": times, "binder_us": binders, "profile": profiles})
-        print(f"{point.name:34} {times['bf16']:8.1f} {times['fp8']:8.1f} {times['int8']:8.1f} {times['int8'] - times['fp8']:+9.1f}")
+        row = {"name": point.name, "host_us": times, "binder_us": binders, "profile": profiles}
+        line = f"{point.name:34} " + " ".join(f"{times[arm]:14.1f}" for arm in modules)
+        line += f" {times['int8'] - times['fp8']:+9.1f} {times['int8'] - times['bf16']:+9.1f}"
+        if args.before:
+            stores = store_launches(int8_modules, pools, point, gen)
+            for fn in stores.values():
+                fn()
+            row["store_host_us"] = host_times(stores, reps=args.reps)
+            line += f" {row['store_host_us']['int8']:9.1f} {row['store_host_us']['int8 before']:9.1f}"
+        results.append(row)
+        print(line, flush=True)
     for r in results:
         print(f"\n{r['name']}: Triton binder per kernel, us per call: " + "; ".join(
             f"{arm} " + ", ".join(f"{k} {v:.1f}" for k, v in b.items()) for arm, b in r["binder_us"].items()))
         print(f"{r['name']}: own time per call, us (top {args.top} per arm)")
-        for arm in ("fp8", "int8"):
-            print(f"  {arm}: " + "; ".join(f"{p['function']} {p['own_us_per_call']:.1f}" for p in r["profile"][arm][:8]))
+        for arm in modules:
+            if arm != "bf16":
+                print(f"  {arm}: " + "; ".join(f"{p['function']} {p['own_us_per_call']:.1f}" for p in r["profile"][arm][:8]))
     write_json(args.out, "qsa-int8-host-cost-h200.json", {
         "method": f"perf_counter around each call, queue drained every {BATCH} calls outside the timing, median of "
                   f"{args.reps}x{BATCH} per arm, arms interleaved per batch; cProfile over {CALLS} calls per arm",
+        "arms": list(modules), "before": str(args.before) if args.before else None,
         "points": results, "versions": versions(),
     })  # fmt: skip
     (args.out / "qsa-int8-host-cost-profiles-h200.txt").write_text("\n".join(texts))

@@ -184,3 +184,139 @@ def test_the_sm90_int8_dispatch_keys_on_the_selection_width(ops, monkeypatch):
     assert picks == {1024: (128, 4, 8, 8), 2048: (128, 4, 16, 16), 2051: (64, 2, 33, 33), 4099: (64, 2, 65, 64)}
     assert ops._select_config(13, 2, False, 1024, False, True)[:2] == (64, 2)  # bp 26: the next bucket
     assert ops._select_config(5, 2, False, 1024, True, False) != picks[1024]  # fp8 keeps its own table
+
+
+def _record_launches(ops, monkeypatch):
+    """Replace the attention and merge kernels by recorders; returns the list they append to."""
+    launches = []
+
+    class Recorder:
+        def __init__(self, name):
+            self.name = name
+
+        def __getitem__(self, grid):
+            def launch(*args, **kwargs):
+                launches.append((self.name, grid, args, kwargs))
+
+            return launch
+
+    for name in ("_qsa_sparse_paged_gqa_splitk_kernel", "_qsa_sparse_paged_int8_splitk_kernel", "_qsa_merge_splitk_kernel"):
+        monkeypatch.setattr(ops, name, Recorder(name))
+    monkeypatch.setattr(ops, "_select_config", lambda *args: (64, 2, 33, 8))
+    return launches
+
+
+def _comparable(arg):
+    """What a Triton kernel sees of an argument: a tensor's pointer and dtype (its strides are
+    separate arguments), else the value."""
+    if isinstance(arg, torch.Tensor):
+        return ("tensor", arg.data_ptr(), arg.dtype)
+    return arg
+
+
+def test_the_int8_path_launches_the_bf16_paths_contract_argument_for_argument(ops, bundle_helpers, monkeypatch):
+    """The int8 path reads each tensor's metadata once (host cost) instead of going through the
+    general wrapper. Whatever the bf16 path passes the split-K and merge kernels for the same Q,
+    indices, table, output and gate, the int8 path must pass too, except the caches and their
+    scales: strided Q (a view of a fused projection), a 2-D gate, K and V caches of different
+    strides, a caller's output buffer."""
+    from qsa_cases import int8_kv_cache
+    from qsa_loader import load_ops_module
+
+    launches = _record_launches(ops, monkeypatch)
+    rows, q_heads, kv_heads, dim, page, blocks, width = 5, 24, 2, 256, 16, 8, 40
+    fused = torch.zeros(rows, q_heads * dim * 2 + 64, dtype=torch.bfloat16)
+    q = fused[:, : q_heads * dim].view(rows, q_heads, dim)
+    gate = torch.zeros(rows, q_heads * dim, dtype=torch.bfloat16)
+    out = torch.zeros(rows, q_heads, dim + 64, dtype=torch.bfloat16)[:, :, :dim]  # padded heads
+    indices = torch.zeros(rows, width + 1, dtype=torch.int32)
+    table = torch.zeros(3, blocks + 5, dtype=torch.int32)
+    t2r = torch.zeros(rows, dtype=torch.int32)
+    layout = load_ops_module("qsa_kv_layout")
+    _, int8_key, _, ks, vs = int8_kv_cache(layout, blocks, page, kv_heads, device="cpu")
+    int8_value = torch.zeros(blocks, kv_heads, page, dim, dtype=torch.int8).transpose(1, 2)
+    # bf16 caches with the int8 caches' strides: the kernels see strides, not bytes.
+    bf16_key, bf16_value = (
+        torch.as_strided(torch.zeros(c.untyped_storage().nbytes(), dtype=torch.bfloat16), c.shape, c.stride(), c.storage_offset())
+        for c in (int8_key, int8_value)
+    )  # fmt: skip
+    common = dict(output_gate=gate)
+    ops.qsa_sparse_paged_attention(q, bf16_key, bf16_value, indices, table, t2r, False, out, **common)
+    ops.qsa_sparse_paged_attention(
+        q, int8_key, int8_value, indices, table, t2r, False, out, k_scale_cache=ks, v_scale_cache=vs, **common
+    )  # fmt: skip
+    (bf16_name, bf16_grid, bf16_args, bf16_kw), bf16_merge, (int8_name, int8_grid, int8_args, int8_kw), int8_merge = launches
+    assert (bf16_name, int8_name) == ("_qsa_sparse_paged_gqa_splitk_kernel", "_qsa_sparse_paged_int8_splitk_kernel")
+    assert int8_grid == bf16_grid == (rows, kv_heads, 8)
+    shared = len(bf16_args)
+    assert len(int8_args) == shared + 5  # the two scale tensors and their three strides
+    caches_and_scales = {1, 2, 9, 10}  # k_cache, v_cache, softmax_scale, output_scale
+    partials = {6, 7}  # allocated per call: same dtype, shape and strides, not the same pointer
+    for i in range(shared):
+        if i in partials:  # the kernels index them as contiguous [splits, rows, heads(, dim)]
+            assert int8_args[i].is_contiguous() and int8_args[i].dtype == bf16_args[i].dtype == torch.float32
+            assert int8_args[i].shape == bf16_args[i].shape
+        elif i not in caches_and_scales:
+            assert _comparable(int8_args[i]) == _comparable(bf16_args[i]), f"argument {i}"
+    assert [_comparable(a) for a in int8_args[1:3]] == [_comparable(int8_key), _comparable(int8_value)]
+    assert int8_args[9:11] == (dim**-0.5, 1 / 128)
+    assert [_comparable(a) for a in int8_args[shared:shared + 2]] == [_comparable(ks), _comparable(vs)]
+    assert tuple(int8_args[shared + 2:]) == ks.stride()
+    assert {k: v for k, v in int8_kw.items() if k != "PAIRED_SCALES"} == bf16_kw and int8_kw["PAIRED_SCALES"] is True
+    assert bf16_merge[0] == int8_merge[0] == "_qsa_merge_splitk_kernel"
+    assert int8_merge[1] == bf16_merge[1] and int8_merge[3] == bf16_merge[3]
+    assert [_comparable(a) for a in int8_merge[2][2:]] == [_comparable(a) for a in bf16_merge[2][2:]]
+    assert [a.data_ptr() for a in int8_merge[2][:2]] == [a.data_ptr() for a in int8_args[6:8]]
+
+
+def test_the_int8_path_refuses_what_the_general_path_refuses(ops, bundle_helpers, monkeypatch):
+    """Every shape refusal of the bf16/fp8 path holds for int8 too, with the same message."""
+    _record_launches(ops, monkeypatch)
+    rows, q_heads, dim, page, blocks, width = 4, 24, 256, 16, 8, 32
+
+    def call(dtype, *, q_shape=(rows, q_heads, dim), cache_heads=2, indices=(rows, width + 1), t2r=(rows,), table=(1, blocks)):
+        q = torch.zeros(q_shape, dtype=torch.bfloat16)
+        cache = torch.zeros(blocks, page, cache_heads, dim, dtype=dtype)
+        scales = torch.ones(blocks, page, cache_heads)
+        extra = dict(k_scale_cache=scales, v_scale_cache=scales) if dtype == torch.int8 else {}
+        return ops.qsa_sparse_paged_attention(
+            q, cache, cache, torch.zeros(indices, dtype=torch.int32), torch.zeros(table, dtype=torch.int32),
+            torch.zeros(t2r, dtype=torch.int32), True, output_gate=torch.zeros(q_shape, dtype=torch.bfloat16), **extra,
+        )  # fmt: skip
+
+    bad = {
+        "q of two dims": dict(q_shape=(rows, q_heads * dim)),
+        "indices rows": dict(indices=(rows + 1, width + 1)),
+        "token_to_req": dict(t2r=(rows + 1,)),
+        "empty table": dict(table=(1, 0)),
+        "count column only": dict(indices=(rows, 1)),
+        "heads not grouped": dict(cache_heads=5),
+    }
+    for case, kwargs in bad.items():
+        messages = []
+        for dtype in (torch.bfloat16, torch.int8):
+            with pytest.raises(ValueError) as err:
+                call(dtype, **kwargs)
+            messages.append(str(err.value))
+        assert messages[0] == messages[1], case
+
+
+@pytest.mark.parametrize("wrong", ["k_scale_cache", "v_scale_cache"])
+@pytest.mark.parametrize("how", ["shape", "dtype", "strides", "missing"])
+def test_either_int8_scale_tensor_alone_is_checked(ops, wrong, how):
+    rows, q_heads, page, blocks = 4, 24, 16, 8
+    q = torch.zeros(rows, q_heads, 256, dtype=torch.bfloat16)
+    cache = torch.zeros(blocks, page, 2, 256, dtype=torch.int8)
+    good = torch.ones(blocks, page, 2)
+    bad = {
+        "shape": torch.ones(blocks, page, 2)[:, :, :1],  # the good strides, one head short
+        "dtype": torch.ones(blocks, page, 2, dtype=torch.float16),
+        "strides": torch.ones(blocks, 2, page).transpose(1, 2),
+        "missing": None,
+    }[how]
+    scales = {"k_scale_cache": good, "v_scale_cache": good, wrong: bad}
+    with pytest.raises(ValueError, match=r"fp32 k_scale_cache and v_scale_cache shaped \(8, 16, 2\)"):
+        ops.qsa_sparse_paged_attention(
+            q, cache, cache, torch.zeros(rows, 33, dtype=torch.int32), torch.zeros(1, blocks, dtype=torch.int32),
+            torch.zeros(rows, dtype=torch.int32), True, output_gate=torch.zeros_like(q), **scales,
+        )  # fmt: skip
