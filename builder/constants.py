@@ -195,5 +195,8 @@ KV_POOL_FLOOR_MARGIN_ESTIMATED = 0.10
 #: is held to against measured pools (evidence/plan/).
 KV_POOL_FLOOR_MARGIN_EXACT = 0.01
 
-#: How long a container that exited with 137 (SIGKILL) waits for docker's late "oom" event.
-OOM_EVENT_WAIT_S = 2
+#: How long a container that exited with 137 (SIGKILL) waits for docker's late "oom" event (it
+#: returns as soon as the event is there; only a plain SIGKILL waits it out). Measured on a 2-core
+#: host: the event trails the exit by up to 0.5 s under load, and by more than 2 s (the old value)
+#: in a full test run beside an arm64 image build under QEMU, which failed the OOM test.
+OOM_EVENT_WAIT_S = 10
