@@ -12,6 +12,9 @@
 #   APPLY_PATCHES  1 = apply bundle/patches/series to the engine, dry run first
 #   KERNEL_ARCH    GPU arch (sm_90, sm_80, sm_121) to AOT-compile the QSA Triton kernels for;
 #                  empty = no GPU kernels (cpu-smoke)
+#   QFN_EMULATION_PRELOAD  set by builder only when the image's arch differs from the docker host's
+#                  (arm64 on x86_64, QEMU user emulation): where stage 1 builds
+#                  docker/emulation/hide-host-cpu-caches.c, preloaded by every later step of stage 1 (why: that file)
 #
 # BASE_IMAGE is either a pulled image (vllm/vllm-openai@sha256:...) or the id (sha256:...) of a base
 # `builder` built from the target's engine lock (docker/locks/); both carry the engine, and python3
@@ -30,7 +33,19 @@ ARG ENGINE_DIR=/opt/venv
 ARG ENGINE_REMOVE=""
 ARG APPLY_PATCHES=0
 ARG KERNEL_ARCH=""
+ARG QFN_EMULATION_PRELOAD=""
 ENV PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_CACHE_DIR=1 PIP_DEFAULT_TIMEOUT=180
+# Under emulation aarch64 torch faults on import without it; the served stage carries the built
+# file for the build's own self-check under emulation (never preloaded on an arm64 host).
+COPY docker/emulation/hide-host-cpu-caches.c /qfn-overlay/opt/qfn/emulation/
+RUN if [ -n "${QFN_EMULATION_PRELOAD}" ]; then \
+      mkdir -p "$(dirname "${QFN_EMULATION_PRELOAD}")" \
+      && "$(command -v cc || command -v gcc)" -shared -fPIC -O2 -o "${QFN_EMULATION_PRELOAD}" \
+        /qfn-overlay/opt/qfn/emulation/hide-host-cpu-caches.c -ldl \
+      && cp "${QFN_EMULATION_PRELOAD}" "/qfn-overlay${QFN_EMULATION_PRELOAD}" \
+      && echo "emulation: built ${QFN_EMULATION_PRELOAD} (preloaded by the steps of this stage)"; \
+    fi
+ENV LD_PRELOAD=${QFN_EMULATION_PRELOAD}
 COPY context/ca/ /tmp/qfn-ca/
 COPY context/wheels/ /tmp/qfn-wheels/
 COPY docker/install-engine /usr/local/bin/
@@ -44,9 +59,10 @@ RUN if [ -n "${KERNEL_ARCH}" ]; then compile-kernels "${ENGINE_PYTHON}" "${KERNE
 # After the patches and kernels, so a change of the self-check alone rebuilds only what follows.
 COPY context/selfcheck/ /tmp/qfn-selfcheck/
 RUN mkdir -p /qfn-overlay/opt/qfn && cp -a /tmp/qfn-selfcheck/. /qfn-overlay/ && "${ENGINE_PYTHON}" -c 'import json, sys; \
-r = json.load(open(sys.argv[1])); r.update(apply_patches=sys.argv[2] == "1", kernel_arch=sys.argv[3] or None); \
-json.dump(r, open(sys.argv[4], "w"), indent=2)' \
-    "${ENGINE_DIR}/qfn-engine.json" "${APPLY_PATCHES}" "${KERNEL_ARCH}" /qfn-overlay/opt/qfn/build-info.json
+r = json.load(open(sys.argv[1])); r.update(apply_patches=sys.argv[2] == "1", kernel_arch=sys.argv[3] or None, \
+emulation_preload=sys.argv[5] or None); json.dump(r, open(sys.argv[4], "w"), indent=2)' \
+    "${ENGINE_DIR}/qfn-engine.json" "${APPLY_PATCHES}" "${KERNEL_ARCH}" /qfn-overlay/opt/qfn/build-info.json \
+    "${QFN_EMULATION_PRELOAD}"
 
 # ---- stage 2: the served image. Only the engine, the patched overlay and the launch files come
 # across; the CA bundle, wheels and builder copy stay behind. ----

@@ -18,7 +18,7 @@ from pydantic import BaseModel, ConfigDict
 from rich.console import Console
 
 from builder.config import ReleaseConfig
-from builder.constants import DOCKER_SLOW_API_TIMEOUT_S, EVIDENCE_DIR, REPO_ROOT
+from builder.constants import DOCKER_SLOW_API_TIMEOUT_S, EMULATION_PRELOAD, EVIDENCE_DIR, REPO_ROOT
 from builder.errors import DockerError, SelfCheckError
 from builder.image.base import emulation_needed, ensure_lock_base, load_pinned_lock
 from builder.image.context import assemble_context
@@ -91,14 +91,12 @@ def build_image(
             highlight=False,
             soft_wrap=True,
         )
-        if arch == "arm64":
-            log.print(
-                "image: known limit: aarch64 torch 2.14 faults on its first import under QEMU 7.2 and 10.0.2 "
-                "(evidence/images/gb10/), which stops this build at install-engine after the base is built; "
-                "an arm64 host builds it natively",
-                highlight=False,
-                soft_wrap=True,
-            )
+        log.print(
+            f"image: stage 1 and the self-check preload {EMULATION_PRELOAD} (docker/emulation/hide-host-cpu-caches.c): "
+            "without it aarch64 torch faults on import under QEMU on an x86_64 host",
+            highlight=False,
+            soft_wrap=True,
+        )
     with tempfile.TemporaryDirectory(prefix="qfn-build-") as tmp:
         # The context is checked before the base is built: a missing input fails in seconds, not after an hour.
         probe = recipe if recipe.base_image else recipe.with_base(image_id="sha256:" + "0" * 64, name="(lock base, not built yet)")
@@ -149,7 +147,8 @@ def run_selfcheck(*, client: docker.DockerClient, image: str, log: BuildLog, emu
     """`qfn-selfcheck` in a throwaway container of ``image``, no network; SelfCheckError when it fails."""
     log.print(f"image: self-check of {image} (CPU, no network" + (", under QEMU emulation" if emulated else "") + ")", soft_wrap=True)
     start = time.monotonic()
-    container = client.containers.run(image, ["qfn-selfcheck"], detach=True, network_mode="none")
+    environment = {"LD_PRELOAD": EMULATION_PRELOAD} if emulated else None
+    container = client.containers.run(image, ["qfn-selfcheck"], detach=True, network_mode="none", environment=environment)
     try:
         lines = []
         for raw in container.logs(stream=True, follow=True):
@@ -200,6 +199,11 @@ def _require_base(client: docker.DockerClient, recipe: BuildRecipe) -> None:
         ) from exc
 
 
+def build_args(recipe: BuildRecipe, *, emulated: bool) -> dict[str, str]:
+    """The recipe's build args, plus the emulation preload when the build runs under QEMU."""
+    return {**recipe.buildargs, **({"QFN_EMULATION_PRELOAD": EMULATION_PRELOAD} if emulated else {})}
+
+
 def _sdk_build(
     *,
     client: docker.DockerClient,
@@ -217,7 +221,7 @@ def _sdk_build(
     stream = client.api.build(
         path=str(ctx),
         tag=tag,
-        buildargs=recipe.buildargs,
+        buildargs=build_args(recipe, emulated=emulated),
         labels=labels,
         rm=True,
         forcerm=True,
