@@ -23,7 +23,7 @@ def test_the_committed_profile_parses_to_one_row_per_launch_in_order(tmp_path, m
     assert len(kernels) == 16
     assert [k["kernel"] for k in kernels] == ["_qsa_sparse_paged_gqa_splitk_kernel", "_qsa_sparse_paged_int8_splitk_kernel"] * 8
     assert all({"duration_us", "dram_pct", "l2_pct", "l2_hit_pct", "cycles_per_issue"} <= k.keys() for k in kernels)
-    assert kernels[0]["duration_us"] == pytest.approx(247.39)  # ctx32K decode 64x5 w2051 24/2, fp8
+    assert kernels[0]["duration_us"] == pytest.approx(251.07)  # ctx32K decode 64x5 w2051 24/2, fp8
     source = tmp_path / "ncu.txt"
     source.write_text(text)
     monkeypatch.setattr(sys, "argv", ["qsa_grid_ncu.py", "--table", str(source), "--out", str(tmp_path)])
@@ -50,8 +50,9 @@ def test_profiled_misses_are_named_from_counters_and_prefill_is_not_called_bytes
     assert "latency at low occupancy (profiled)" in lines["ctx32K prefill 512 w4099 12/1"]
     assert "latency at low occupancy (profiled)" in lines["ctx32K prefill 2048 w2051 24/2"]
     assert "memory (profiled)" in lines["ctx128K decode 256x5 w4099 12/1"]
-    assert "memory (profiled)" in lines["ctx256K prefill 2048 w4099 24/2"]  # L2 at 92% of its peak
-    assert "memory (profiled)" in lines["ctx128K prefill 2048 w2051 24/2"]  # L2 at 83%, DRAM 55%
+    assert "memory (profiled)" in lines["ctx256K prefill 2048 w4099 24/2"]  # L2 at 88% of its peak
+    # The engine-swept table's tile reads less here (L2 73%, DRAM 44%): neither bound is near.
+    assert "neither memory nor compute saturated (profiled)" in lines["ctx128K prefill 2048 w2051 24/2"]
     # Unprofiled prefill misses take their context's profiled limiter: L2 from 128K, latency below.
     assert lines["ctx256K prefill 2048 w2051 24/2"].split("; ", 1)[1].startswith("L2 throughput:")
     assert lines["ctx32K prefill 2048 w4099 24/2"].split("; ", 1)[1].startswith("latency at low occupancy:")
