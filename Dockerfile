@@ -35,7 +35,7 @@ ARG APPLY_PATCHES=0
 ARG KERNEL_ARCH=""
 ARG QFN_EMULATION_PRELOAD=""
 ENV PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_CACHE_DIR=1 PIP_DEFAULT_TIMEOUT=180
-# Under emulation aarch64 torch faults on import without it; the served stage carries the built
+# Under QEMU 7.2 aarch64 torch faults on import without it; the served stage carries the built
 # file for the build's own self-check under emulation (never preloaded on an arm64 host).
 COPY docker/emulation/hide-host-cpu-caches.c /qfn-overlay/opt/qfn/emulation/
 RUN if [ -n "${QFN_EMULATION_PRELOAD}" ]; then \

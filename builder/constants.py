@@ -161,7 +161,7 @@ WHEEL_CACHE_DIR = CACHE_DIR / "wheels"
 BINFMT_DIR = Path("/proc/sys/fs/binfmt_misc")
 QEMU_BINFMT = {"arm64": "qemu-aarch64", "amd64": "qemu-x86_64"}
 #: Built from docker/emulation/hide-host-cpu-caches.c and preloaded by stage 1 and the self-check only when an
-#: image is built under QEMU user emulation (aarch64 torch faults on import there without it).
+#: image is built under QEMU user emulation (under QEMU 7.2 aarch64 torch faults on import without it).
 EMULATION_PRELOAD = "/opt/qfn/emulation/hide-host-cpu-caches.so"
 #: Docker API read timeouts (seconds): the SDK's default, and the one for steps that move a multi-GB
 #: engine layer (commit, container removal, a RUN step silent for minutes under QEMU emulation).

@@ -93,7 +93,7 @@ def build_image(
         )
         log.print(
             f"image: stage 1 and the self-check preload {EMULATION_PRELOAD} (docker/emulation/hide-host-cpu-caches.c): "
-            "without it aarch64 torch faults on import under QEMU on an x86_64 host",
+            "without it aarch64 torch faults on import under Debian's QEMU 7.2 on an x86_64 host",
             highlight=False,
             soft_wrap=True,
         )

@@ -2,8 +2,9 @@
  *
  * QEMU passes the host's sysfs through, so aarch64 torch's bundled cpuinfo reads the x86 host's
  * cache description (/sys/devices/system/cpu/cpuN/cache/index2/...) next to a CPU model it cannot
- * decode: it counts no L2 cache, allocates none, then fills one from sysfs and dereferences NULL on
- * `import torch` (pytorch/cpuinfo#398, still open). Hiding those files makes cpuinfo fall back to
+ * decode (QEMU 7.2 shows the host's x86 /proc/cpuinfo; 10.x describes the emulated CPU and is not
+ * affected): it counts no L2 cache, allocates none, then fills one from sysfs and dereferences NULL
+ * on `import torch` (pytorch/cpuinfo#398, still open). Hiding those files makes cpuinfo fall back to
  * its built-in defaults, which is what it does on hosts without that sysfs. The builder sets
  * QFN_EMULATION_PRELOAD only for emulated builds; a native arm64 host (GB10) never loads this.
  */
