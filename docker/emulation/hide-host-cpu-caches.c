@@ -36,20 +36,22 @@ typedef int (*open_fn)(const char *, int, ...);
 typedef int (*openat_fn)(int, const char *, int, ...);
 typedef FILE *(*fopen_fn)(const char *, const char *);
 
+static int forward_open(const char *symbol, open_fn *real, const char *path, int flags, mode_t mode) {
+    if (hidden(path)) { errno = ENOENT; return -1; }
+    if (*real == NULL) *real = (open_fn)dlsym(RTLD_NEXT, symbol);
+    return (*real)(path, flags, mode);
+}
+
 int open(const char *path, int flags, ...) {
     MODE_OF(flags)
-    if (hidden(path)) { errno = ENOENT; return -1; }
     static open_fn real;
-    if (real == NULL) real = (open_fn)dlsym(RTLD_NEXT, "open");
-    return real(path, flags, mode);
+    return forward_open("open", &real, path, flags, mode);
 }
 
 int open64(const char *path, int flags, ...) {
     MODE_OF(flags)
-    if (hidden(path)) { errno = ENOENT; return -1; }
     static open_fn real;
-    if (real == NULL) real = (open_fn)dlsym(RTLD_NEXT, "open64");
-    return real(path, flags, mode);
+    return forward_open("open64", &real, path, flags, mode);
 }
 
 int openat(int dirfd, const char *path, int flags, ...) {
