@@ -388,13 +388,17 @@ def patches_aot(
     engine: Path = typer.Option(..., "--engine", help="a PATCHED engine tree or site-packages"),
     arch: str = typer.Option(..., "--arch", help="sm_80, sm_90, sm_120 or sm_121"),
     json_out: Path | None = typer.Option(None, "--json", help="write the per-config report here"),
+    jobs: int | None = typer.Option(None, "--jobs", min=1, help="configs compiled at once (default: one per usable CPU)"),
 ) -> None:
     """Compile the patched QSA kernel's production configs for ARCH; fail if one exceeds its shared memory."""
     from builder.patches.aot import compile_qsa_kernels
 
     from rich.table import Table
 
-    report = compile_qsa_kernels(engine_root=engine, arch=arch, json_out=json_out)
+    report = compile_qsa_kernels(
+        engine_root=engine, arch=arch, json_out=json_out, jobs=jobs,
+        progress=lambda line: err_console.print(line, markup=False, highlight=False, soft_wrap=True),
+    )  # fmt: skip
     table = Table(title=Text(f"QSA split-K kernel on {arch} (Triton {report.triton_version}, max shared {report.max_shared_bytes} B)"))
     for column in ("cache", "GQA", "BLOCK_N", "warps", "splits", "shared B", "regs", "local B"):
         table.add_column(column, justify="right")

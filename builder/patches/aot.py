@@ -13,10 +13,15 @@ compile on Hopper and then fail to launch on, say, GB10.
 from __future__ import annotations
 
 import importlib.util
+import multiprocessing
+import os
 import re
 import subprocess
 import sys
 import tempfile
+import time
+from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 from types import ModuleType
 
@@ -159,14 +164,13 @@ def production_configs(ops: ModuleType, cache_dtypes=CACHE_DTYPES) -> set[tuple[
     return configs
 
 
-def compiled_configs(ops: ModuleType, *, arch: str, page_size: int = 64, cache_dtypes: tuple[str, ...] = CACHE_DTYPES):
-    """Yield ((dtype, q_heads, kv_heads, block_n, warps, splits), compiled kernel) for every
-    production config of ``ops`` (a tree loaded for ``arch``), compiled as the JIT would."""
+def _config_sources(ops: ModuleType, *, arch: str, page_size: int, cache_dtypes: tuple[str, ...]) -> list[tuple[tuple, object, dict]]:
+    """((dtype, q_heads, kv_heads, block_n, warps, splits), ASTSource, options) for every
+    production config of ``ops``, in sorted order, specialized as the JIT would."""
     import triton
-    from triton.backends.compiler import GPUTarget
 
     capability = _capability(arch)
-    target = GPUTarget("cuda", capability[0] * 10 + capability[1], 32)
+    sources = []
     for dtype, num_q_heads, num_kv_heads, block_n, warps, tiles, splits in sorted(production_configs(ops, cache_dtypes)):
         group = num_q_heads // num_kv_heads
         constexprs = {
@@ -180,14 +184,62 @@ def compiled_configs(ops: ModuleType, *, arch: str, page_size: int = 64, cache_d
         if "PAIRED_SCALES" in kernel.arg_names:  # the engine's scale tail is always paired
             constexprs["PAIRED_SCALES"] = True
         source = _source(kernel, cache=_cache_type(dtype, capability), splits=splits, constexprs=constexprs, ints=ints)
-        try:
-            compiled = triton.compile(source, target=target, options={"num_warps": warps, "num_stages": 2})
-        except Exception as exc:  # the compiler raises many types; any is a failed config
-            raise KernelFitError(
-                f"{arch}: {dtype} BLOCK_N={block_n} warps={warps} splits={splits} does not compile: {exc}",
-                hint="fix the kernel or the tile table entry",
-            ) from exc
-        yield (dtype, num_q_heads, num_kv_heads, block_n, warps, splits), compiled
+        key = (dtype, num_q_heads, num_kv_heads, block_n, warps, splits)
+        sources.append((key, source, {"num_warps": warps, "num_stages": 2}))
+    return sources
+
+
+def _compile(arch: str, key: tuple, source, options: dict):
+    import triton
+    from triton.backends.compiler import GPUTarget
+
+    major, minor = _capability(arch)
+    try:
+        return triton.compile(source, target=GPUTarget("cuda", major * 10 + minor, 32), options=options)
+    except Exception as exc:  # the compiler raises many types; any is a failed config
+        dtype, _, _, block_n, warps, splits = key
+        raise KernelFitError(
+            f"{arch}: {dtype} BLOCK_N={block_n} warps={warps} splits={splits} does not compile: {exc}",
+            hint="fix the kernel or the tile table entry",
+        ) from exc
+
+
+def compiled_configs(ops: ModuleType, *, arch: str, page_size: int = 64, cache_dtypes: tuple[str, ...] = CACHE_DTYPES):
+    """Yield ((dtype, q_heads, kv_heads, block_n, warps, splits), compiled kernel) for every
+    production config of ``ops`` (a tree loaded for ``arch``), compiled as the JIT would."""
+    for key, source, options in _config_sources(ops, arch=arch, page_size=page_size, cache_dtypes=cache_dtypes):
+        yield key, _compile(arch, key, source, options)
+
+
+# Set in the parent before the pool forks, so workers index it instead of unpickling
+# Triton's ASTSource (which holds the JIT function). Only _fit_worker reads it.
+_FORK_SOURCES: list[tuple[tuple, object, dict]] = []
+
+
+def _measure(arch: str, index: int, cuobjdump: Path) -> tuple[int, int, int, float]:
+    """(shared bytes, registers, local bytes, seconds) of one config: the work of one worker."""
+    started = time.monotonic()
+    key, source, options = _FORK_SOURCES[index]
+    compiled = _compile(arch, key, source, options)
+    registers, local = _resources(compiled.asm["cubin"], cuobjdump)
+    return int(compiled.metadata.shared), registers, local, time.monotonic() - started
+
+
+def _fit_worker(arch: str, index: int, cuobjdump: str) -> tuple[int, int, int, float] | str:
+    try:
+        return _measure(arch, index, Path(cuobjdump))
+    except KernelFitError as exc:  # the parent re-raises it with the same hint
+        return exc.message
+
+
+def _describe(key: tuple) -> str:
+    dtype, num_q_heads, num_kv_heads, block_n, warps, splits = key
+    return f"{dtype} {num_q_heads}/{num_kv_heads} BLOCK_N={block_n} warps={warps} splits={splits}"
+
+
+def default_jobs() -> int:
+    """One compile per CPU this process may run on: Triton holds the GIL while it compiles."""
+    return max(1, len(os.sched_getaffinity(0)))
 
 
 def compile_qsa_kernels(
@@ -198,23 +250,54 @@ def compile_qsa_kernels(
     strict: bool = True,
     json_out: Path | None = None,
     cache_dtypes: tuple[str, ...] = CACHE_DTYPES,
+    jobs: int | None = None,
+    progress: Callable[[str], None] | None = None,
 ) -> AotReport:
     """Compile every production config of the patched split-K kernel for ``arch``.
 
-    ``json_out`` receives the report (written to a temp file, then renamed) even
-    when a config does not fit, so the failure can be inspected.
+    ``jobs`` configs compile at once in forked workers (default: one per usable CPU;
+    under QEMU emulation a config takes minutes). ``progress`` gets a line per
+    compiled config. ``json_out`` receives the report (written to a temp file, then
+    renamed) even when a config does not fit, so the failure can be inspected.
     """
     import triton
 
     ops = _loader().load_qsa_ops(Path(engine_root), capability=_capability(arch))
     cuobjdump = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
     limit = ARCH_MAX_SHARED_BYTES[arch]
+    sources = _config_sources(ops, arch=arch, page_size=page_size, cache_dtypes=cache_dtypes)
+    jobs = max(1, min(jobs or default_jobs(), len(sources)))
+    say = progress or (lambda _line: None)
+    say(f"aot: compiling {len(sources)} {arch} configs, {jobs} at a time")
+    measured: dict[int, tuple[int, int, int, float]] = {}
+
+    def record(index: int, outcome: tuple[int, int, int, float] | str) -> None:
+        if isinstance(outcome, str):
+            raise KernelFitError(outcome, hint="fix the kernel or the tile table entry")
+        measured[index] = outcome
+        say(f"aot: [{len(measured)}/{len(sources)}] {_describe(sources[index][0])}: {outcome[3]:.1f} s")
+
+    _FORK_SOURCES[:] = sources
+    try:
+        if jobs == 1:
+            for index in range(len(sources)):
+                record(index, _measure(arch, index, cuobjdump))
+        else:
+            # fork: workers inherit the loaded ops and sources. No GPU is touched here, so no
+            # CUDA context is forked; the CLI and the image step are single-threaded when they fork.
+            pool = ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("fork"))
+            try:
+                futures = {pool.submit(_fit_worker, arch, index, str(cuobjdump)): index for index in range(len(sources))}
+                for future in as_completed(futures):
+                    record(futures[future], future.result())
+            finally:  # a failed config stops the rest at once rather than after every queued compile
+                pool.shutdown(wait=True, cancel_futures=True)
+    finally:
+        _FORK_SOURCES.clear()
     results = []
-    for (dtype, num_q_heads, num_kv_heads, block_n, warps, splits), compiled in compiled_configs(
-        ops, arch=arch, page_size=page_size, cache_dtypes=cache_dtypes
-    ):
-        shared = int(compiled.metadata.shared)
-        registers, local = _resources(compiled.asm["cubin"], cuobjdump)
+    for index, (key, _, _) in enumerate(sources):
+        dtype, num_q_heads, num_kv_heads, block_n, warps, splits = key
+        shared, registers, local, _ = measured[index]
         results.append(
             KernelConfig(
                 cache_dtype=dtype, num_query_heads=num_q_heads, num_kv_heads=num_kv_heads, block_n=block_n, num_warps=warps, num_splits=splits,
