@@ -79,6 +79,7 @@ class CapacitySection(BaseModel):
     budget_exact: bool = True
     notes: list[str] = []
     kernel_speed_sources: list[str] = []
+    kernel_speed_triton: str = ""  # the Triton the grids ran under: int8's speed depends on it
     kernel_speed: list[KernelSpeedRow] = []
     accuracy_source: str | None = None
     accuracy_metric: str = ""
@@ -127,20 +128,23 @@ def _tokens(n: int) -> str:
     return f"{n // 1024}K" if n % 1024 == 0 else str(n)
 
 
-def kernel_speed(kernels_dir: Path) -> tuple[list[str], list[KernelSpeedRow]]:
-    """int8 vs fp8 and bf16 per row shape of the engine grid, over the points the goal covers,
-    for each selection pattern measured.
+def kernel_speed(kernels_dir: Path) -> tuple[list[str], str, list[KernelSpeedRow]]:
+    """(sources, Triton versions, rows): int8 vs fp8 and bf16 per row shape of the engine grid,
+    over the points the goal covers, for each selection pattern measured.
 
     Ranges, not a chosen case: the grid is where the engine goes, and the card must show where
     int8 is not ahead as plainly as where it is (CUDA-graph time, as vLLM runs decode).
     """
-    sources, rows = [], []
+    sources, tritons, rows = [], [], []
     for selections, name in KERNEL_SPEED_FILES:
         path = kernels_dir / name
         if path.is_file():
+            data = _read_json(path)
             sources.append(f"evidence/kernels/{name}")
-            rows += _speed_rows(selections, _read_json(path))
-    return sources, rows
+            triton = str((data.get("versions") or {}).get("triton") or "unrecorded")
+            tritons += [triton] if triton not in tritons else []
+            rows += _speed_rows(selections, data)
+    return sources, " and ".join(tritons), rows
 
 
 def _speed_rows(selections: str, data: dict) -> list[KernelSpeedRow]:
@@ -230,9 +234,9 @@ def engine_fidelity_note(path: Path) -> str | None:
 def capacity_section(plan: CapacityPlan | None, *, plan_error: str | None, evidence_dir: Path,
                      kernels_dir: Path | None) -> CapacitySection:
     """The card's first section for one target."""
-    speed_src, speed = kernel_speed(kernels_dir) if kernels_dir is not None else ([], [])
+    speed_src, speed_triton, speed = kernel_speed(kernels_dir) if kernels_dir is not None else ([], "", [])
     acc_src, metric, acc = kernel_accuracy(kernels_dir) if kernels_dir is not None else (None, "", [])
-    kernel = {"kernel_speed_sources": speed_src, "kernel_speed": speed, "accuracy_source": acc_src,
+    kernel = {"kernel_speed_sources": speed_src, "kernel_speed_triton": speed_triton, "kernel_speed": speed, "accuracy_source": acc_src,
               "accuracy_metric": metric, "accuracy": acc}
     if plan is None:
         return CapacitySection(computed=False, error=plan_error, **kernel)

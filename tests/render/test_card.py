@@ -173,7 +173,8 @@ def test_kernel_speed_and_accuracy_are_the_files_numbers_labelled_h200_kernel_le
     kernels = EVIDENCE_DIR / "kernels"
     _, text = _card(tmp_path, "gb10", kernels_dir=kernels)
     section = _section(text, "What it buys you")
-    assert "Kernel level, measured on one H200 (sm_90), not on gb10" in section
+    tritons = list(dict.fromkeys(json.loads((kernels / n).read_text())["versions"]["triton"] for n in ("qsa-grid-engine-h200.json", "qsa-grid-h200.json")))
+    assert f"Kernel level, measured on one H200 (sm_90) under Triton {' and '.join(tritons)}, not on gb10" in section
     judged_by = {}
     for selections, name in (("engine", "qsa-grid-engine-h200.json"), ("uniform", "qsa-grid-h200.json")):
         assert f"`evidence/kernels/{name}`" in section
