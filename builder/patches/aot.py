@@ -197,9 +197,8 @@ def _compile(arch: str, key: tuple, source, options: dict):
     try:
         return triton.compile(source, target=GPUTarget("cuda", major * 10 + minor, 32), options=options)
     except Exception as exc:  # the compiler raises many types; any is a failed config
-        dtype, _, _, block_n, warps, splits = key
         raise KernelFitError(
-            f"{arch}: {dtype} BLOCK_N={block_n} warps={warps} splits={splits} does not compile: {exc}",
+            f"{arch}: {_describe(key)} does not compile: {exc}",
             hint="fix the kernel or the tile table entry",
         ) from exc
 
@@ -256,7 +255,7 @@ def compile_qsa_kernels(
     """Compile every production config of the patched split-K kernel for ``arch``.
 
     ``jobs`` configs compile at once in forked workers (default: one per usable CPU;
-    under QEMU emulation a config takes minutes). ``progress`` gets a line per
+    under QEMU emulation a config takes 17-42 s). ``progress`` gets a line per
     compiled config. ``json_out`` receives the report (written to a temp file, then
     renamed) even when a config does not fit, so the failure can be inspected.
     """
