@@ -224,9 +224,9 @@ def _measure(arch: str, index: int, cuobjdump: Path) -> tuple[int, int, int, flo
     return int(compiled.metadata.shared), registers, local, time.monotonic() - started
 
 
-def _fit_worker(arch: str, index: int, cuobjdump: str) -> tuple[int, int, int, float] | str:
+def _fit_worker(arch: str, index: int, cuobjdump: Path) -> tuple[int, int, int, float] | str:
     try:
-        return _measure(arch, index, Path(cuobjdump))
+        return _measure(arch, index, cuobjdump)
     except KernelFitError as exc:  # the parent re-raises it with the same hint
         return exc.message
 
@@ -286,7 +286,7 @@ def compile_qsa_kernels(
             # CUDA context is forked; the CLI and the image step are single-threaded when they fork.
             pool = ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("fork"))
             try:
-                futures = {pool.submit(_fit_worker, arch, index, str(cuobjdump)): index for index in range(len(sources))}
+                futures = {pool.submit(_fit_worker, arch, index, cuobjdump): index for index in range(len(sources))}
                 for future in as_completed(futures):
                     record(futures[future], future.result())
             finally:  # a failed config stops the rest at once rather than after every queued compile
