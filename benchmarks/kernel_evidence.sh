@@ -6,6 +6,9 @@
 #   UPSTREAM: the same sources unpatched; OUT: where the logs and JSON go
 #   QFN_QSA_SMOLLM2_KV: real SmolLM2 K/V/Q for the window tests and accuracy
 #     (python benchmarks/capture_smollm2_kv.py --num-layers 4 --out .dev/smollm2_kv.pt, on a CPU machine)
+#   QFN_QSA_TRITON_ARCHIVE: run every step under the images' Triton (benchmarks/device_triton.py packs the
+#     engine lock's pin), not the machine's own; unpacked once per archive into /tmp/qfn-triton-<sha256>
+#     (a later call on the same warm machine finds it there: QFN_QSA_TRITON_DIR=that folder, no archive)
 #   QFN_QSA_OLD_TREE: for mutation-window, a tree with the int8 kernel before issue 13
 #     (the series of commit ed7f111 applied: git show ed7f111:bundle/patches/qsa-int8.diff)
 #
@@ -65,6 +68,21 @@ set -euo pipefail
 E=$1 U=$2 OUT=$3
 shift 3
 mkdir -p "$OUT"
+if [ -n "${QFN_QSA_TRITON_ARCHIVE:-}" ]; then
+  QFN_QSA_TRITON_DIR=/tmp/qfn-triton-$(sha256sum "$QFN_QSA_TRITON_ARCHIVE" | cut -c1-16)
+  if [ ! -f "$QFN_QSA_TRITON_DIR/triton/__init__.py" ]; then
+    rm -rf "$QFN_QSA_TRITON_DIR.part" && mkdir -p "$QFN_QSA_TRITON_DIR.part"
+    xz -dc "$QFN_QSA_TRITON_ARCHIVE" | tar xf - -C "$QFN_QSA_TRITON_DIR.part"
+    mv "$QFN_QSA_TRITON_DIR.part" "$QFN_QSA_TRITON_DIR"
+  fi
+fi
+if [ -n "${QFN_QSA_TRITON_DIR:-}" ]; then
+  # In-tree backends only: entry-point discovery would also find the machine's own Triton's backends.
+  export PYTHONPATH=$QFN_QSA_TRITON_DIR${PYTHONPATH:+:$PYTHONPATH} TRITON_BACKENDS_IN_TREE=1
+  export TRITON_CACHE_DIR=${TRITON_CACHE_DIR:-$QFN_QSA_TRITON_DIR.cache}
+fi
+python -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__, triton.__file__)" \
+  > "$OUT/versions-triton.txt"
 export QFN_QSA_PATCHED_TREE=$E QFN_QSA_UPSTREAM_TREE=$U PYTHONUNBUFFERED=1
 export QFN_QSA_SMOLLM2_KV=${QFN_QSA_SMOLLM2_KV:-.dev/smollm2_kv.pt}
 QSA_OPS=vllm/models/qwen4_exp/nvidia/ops/qsa.py

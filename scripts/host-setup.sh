@@ -12,6 +12,8 @@ need=()
 command -v shellcheck >/dev/null || need+=(shellcheck)
 command -v dockerd >/dev/null || need+=(docker.io)
 command -v debootstrap >/dev/null || need+=(debootstrap)
+# strip: benchmarks/device_triton.py trims the Triton it packs for the GPU device (its test runs it).
+command -v strip >/dev/null || need+=(binutils)
 # `docker compose config` validates the bundles' compose.yaml (Debian ships compose as docker-compose).
 docker compose version >/dev/null 2>&1 || command -v docker-compose >/dev/null || need+=(docker-compose)
 if ((emulation)); then

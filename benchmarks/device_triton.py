@@ -1,0 +1,142 @@
+"""Pack the engine lock's Triton for the H200 device, whose own Triton (3.6.0) is not the images' (3.8.0).
+
+Every kernel number before session 34 was taken under the device's Triton, and the images'
+compiler spilled the int8 kernel where the device's did not (evidence/kernels/triton38/).
+This packs the Triton version docker/locks pins, as the cp312 wheel the device's Python
+imports, trimmed to fit one call's 64 MiB carry beside the repository: no AMD backend, no
+profiler (proton, CUPTI), no Blackwell ptxas or disassemblers, libtriton stripped.
+`benchmarks/kernel_evidence.sh` unpacks it when QFN_QSA_TRITON_ARCHIVE names it.
+
+    python benchmarks/device_triton.py --out .dev/t38/triton.tar.xz      # fetches the wheel (PyPI)
+    python benchmarks/device_triton.py --wheel triton-3.8.0-cp312-....whl --out ...
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import io
+import json
+import lzma
+import re
+import subprocess
+import sys
+import tarfile
+import tempfile
+import zipfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+LOCK = ROOT / "docker" / "locks" / "vllm-0.33.0-linux-amd64.txt"
+#: The device's Python (KINDS.md): the wheel must be built for it, not for the lock's 3.11.
+DEVICE_PYTHON = "3.12"
+PLATFORM = "manylinux_2_27_x86_64"
+#: Members the kernels never load on an H200 (sm_90, no profiling), by path prefix inside the wheel.
+DROP_PREFIXES = (
+    "triton/backends/amd/",
+    "triton/backends/nvidia/lib/cupti/",
+    "triton/backends/nvidia/lib/cupti-blackwell/",
+    "triton/backends/nvidia/bin/ptxas-blackwell",
+    "triton/backends/nvidia/bin/nvdisasm",
+    "triton/backends/nvidia/bin/cuobjdump",
+    "triton/_C/libproton.so",
+    "triton/instrumentation/libGPUInstrumentationTestLib.so",
+    "triton/plugins/",
+    "triton/FileCheck",
+)
+#: Wheels store no exec bits that zipfile restores: these must run on the device.
+EXECUTABLE_PREFIX = "triton/backends/nvidia/bin/"
+LIBTRITON = "triton/_C/libtriton.so"
+#: The run tool's per-call carry, less the repository (~16 MiB) that travels with it.
+CARRY_LIMIT_BYTES = 64 << 20
+REPO_ALLOWANCE_BYTES = 17 << 20
+
+
+class PackError(SystemExit):
+    """A refusal naming what to fix (exits non-zero with the message)."""
+
+
+def lock_pin(lock: Path) -> str:
+    """The triton version ``lock`` pins; refuses a lock that pins none or several."""
+    pins = set(re.findall(r"^triton==([0-9][^\s]*)\s", lock.read_text(), flags=re.MULTILINE))
+    if len(pins) != 1:
+        raise PackError(f"--lock {lock}: expected one 'triton==' pin, found {sorted(pins) or 'none'}; "
+                        "pass the engine lock (docker/locks/vllm-*-linux-amd64.txt)")
+    return pins.pop()
+
+
+def fetch_wheel(version: str, dest: Path) -> Path:
+    subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
+                    "--python-version", DEVICE_PYTHON, "--platform", PLATFORM, "--dest", str(dest),
+                    f"triton=={version}"], check=True)
+    wheels = sorted(dest.glob(f"triton-{version}-*.whl"))
+    if len(wheels) != 1:
+        raise PackError(f"pip download left {[w.name for w in wheels]} in {dest}, expected one triton-{version} wheel")
+    return wheels[0]
+
+
+def _strip(data: bytes) -> bytes:
+    """``strip --strip-unneeded`` of an ELF file (debug symbols are most of libtriton's size)."""
+    if not data.startswith(b"\x7fELF"):
+        return data
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "lib.so"
+        path.write_bytes(data)
+        subprocess.run(["strip", "--strip-unneeded", str(path)], check=True)
+        return path.read_bytes()
+
+
+def pack(*, wheel: Path, version: str, out: Path) -> dict:
+    """Write the trimmed archive to ``out`` (via a temp file, renamed); return its manifest."""
+    if not wheel.name.startswith(f"triton-{version}-") or f"cp{DEVICE_PYTHON.replace('.', '')}" not in wheel.name:
+        raise PackError(f"--wheel {wheel.name}: the lock pins triton {version} and the device runs Python "
+                        f"{DEVICE_PYTHON}; pass triton-{version}-cp{DEVICE_PYTHON.replace('.', '')}-*.whl or omit --wheel")
+    dropped: list[str] = []
+    kept = 0
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(f".{out.name}.tmp")
+    with zipfile.ZipFile(wheel) as zf, lzma.open(tmp, "wb", preset=9 | lzma.PRESET_EXTREME) as xz, \
+            tarfile.open(fileobj=xz, mode="w") as tar:
+        for info in zf.infolist():
+            if info.is_dir():
+                continue
+            if info.filename.startswith(DROP_PREFIXES):
+                dropped.append(info.filename)
+                continue
+            data = zf.read(info)
+            if info.filename == LIBTRITON:
+                data = _strip(data)
+            member = tarfile.TarInfo(info.filename)
+            member.size = len(data)
+            member.mode = 0o755 if info.filename.startswith(EXECUTABLE_PREFIX) else 0o644
+            member.mtime = 0
+            tar.addfile(member, io.BytesIO(data))
+            kept += 1
+    size = tmp.stat().st_size
+    if size > CARRY_LIMIT_BYTES - REPO_ALLOWANCE_BYTES:
+        tmp.unlink()
+        raise PackError(f"the trimmed archive is {size >> 20} MiB; with the repository it would not fit one call's "
+                        f"{CARRY_LIMIT_BYTES >> 20} MiB carry: add what the kernels do not load to DROP_PREFIXES")
+    tmp.replace(out)
+    manifest = {"wheel": wheel.name, "wheel_sha256": hashlib.sha256(wheel.read_bytes()).hexdigest(),
+                "archive_bytes": size, "members": kept, "dropped": dropped}
+    out.with_name(out.name + ".json").write_text(json.dumps(manifest, indent=1) + "\n")
+    return manifest
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--lock", type=Path, default=LOCK, help="the engine lock whose triton pin is packed")
+    parser.add_argument("--wheel", type=Path, help="a downloaded cp312 wheel of that version (default: pip download)")
+    parser.add_argument("--out", type=Path, required=True)
+    args = parser.parse_args()
+    version = lock_pin(args.lock)
+    with tempfile.TemporaryDirectory() as tmp:
+        wheel = args.wheel or fetch_wheel(version, Path(tmp))
+        manifest = pack(wheel=wheel, version=version, out=args.out)
+    print(f"{args.out}: triton {version} from {manifest['wheel']} ({manifest['archive_bytes'] >> 20} MiB, "
+          f"{manifest['members']} files, {len(manifest['dropped'])} dropped)")
+
+
+if __name__ == "__main__":
+    main()
