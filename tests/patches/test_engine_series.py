@@ -152,7 +152,8 @@ def test_the_spill_guard_catches_the_two_result_v_decode(patched_tree, tmp_path)
     assert text.count(anchor) == 1
     qsa.write_text(text.replace(anchor, _TWO_RESULT_DECODE.lstrip() + "\n" + anchor))
     local = _int8_local_bytes(tree)
-    assert {k for k, v in local.items() if v > MAX_INT8_LOCAL_BYTES} == {k for k in local if k[1:3] == (32, 1)}
+    # Every one-warp tile is caught (the table's 2-warp 64-token tiles spill 72 B too).
+    assert {k for k, v in local.items() if v > MAX_INT8_LOCAL_BYTES} >= {k for k in local if k[1:3] == (32, 1)}
 
 
 def test_aot_refuses_a_config_over_the_arch_limit(patched_tree, monkeypatch):
