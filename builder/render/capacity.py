@@ -81,6 +81,8 @@ class CapacitySection(BaseModel):
     kernel_speed_sources: list[str] = []
     kernel_speed_triton: str = ""  # the Triton the grids ran under: int8's speed depends on it
     kernel_speed: list[KernelSpeedRow] = []
+    #: Per selection pattern, the points outside the goal's scope where int8 is slower than bf16.
+    kernel_speed_below_bf16: list[str] = []
     accuracy_source: str | None = None
     accuracy_metric: str = ""
     accuracy: list[AccuracyRow] = []
@@ -128,14 +130,15 @@ def _tokens(n: int) -> str:
     return f"{n // 1024}K" if n % 1024 == 0 else str(n)
 
 
-def kernel_speed(kernels_dir: Path) -> tuple[list[str], str, list[KernelSpeedRow]]:
-    """(sources, Triton versions, rows): int8 vs fp8 and bf16 per row shape of the engine grid,
-    over the points the goal covers, for each selection pattern measured.
+def kernel_speed(kernels_dir: Path) -> tuple[list[str], str, list[KernelSpeedRow], list[str]]:
+    """(sources, Triton versions, rows, below-bf16 notes): int8 vs fp8 and bf16 per row shape of
+    the engine grid, over the points the goal covers, for each selection pattern measured; and,
+    per pattern, the points below the goal's scope where int8 is slower than bf16.
 
     Ranges, not a chosen case: the grid is where the engine goes, and the card must show where
     int8 is not ahead as plainly as where it is (CUDA-graph time, as vLLM runs decode).
     """
-    sources, tritons, rows = [], [], []
+    sources, tritons, rows, below = [], [], [], []
     for selections, name in KERNEL_SPEED_FILES:
         path = kernels_dir / name
         if path.is_file():
@@ -144,7 +147,19 @@ def kernel_speed(kernels_dir: Path) -> tuple[list[str], str, list[KernelSpeedRow
             triton = str((data.get("versions") or {}).get("triton") or "unrecorded")
             tritons += [triton] if triton not in tritons else []
             rows += _speed_rows(selections, data)
-    return sources, " and ".join(tritons), rows
+            below += _below_bf16(selections, data)
+    return sources, " and ".join(tritons), rows, below
+
+
+def _below_bf16(selections: str, data: dict) -> list[str]:
+    """'<selections>: N of M points (labels), X-Yx bf16's speed' for the out-of-scope points int8 loses."""
+    small = [p for p in data.get("points", []) if isinstance(p, dict) and not p.get("goal_in_scope")]
+    slower = [p for p in small if p["int8_speedup_over_bf16"]["graph"] < 1.0]
+    if not slower:
+        return []
+    labels = ", ".join(dict.fromkeys(str(p.get("rows_label")) for p in slower))
+    return [f"{selections}: {len(slower)} of {len(small)} points ({labels}), "
+            f"{_span([p['int8_speedup_over_bf16']['graph'] for p in slower])} bf16's speed"]
 
 
 def _speed_rows(selections: str, data: dict) -> list[KernelSpeedRow]:
@@ -234,9 +249,10 @@ def engine_fidelity_note(path: Path) -> str | None:
 def capacity_section(plan: CapacityPlan | None, *, plan_error: str | None, evidence_dir: Path,
                      kernels_dir: Path | None) -> CapacitySection:
     """The card's first section for one target."""
-    speed_src, speed_triton, speed = kernel_speed(kernels_dir) if kernels_dir is not None else ([], "", [])
+    speed_src, speed_triton, speed, below = kernel_speed(kernels_dir) if kernels_dir is not None else ([], "", [], [])
     acc_src, metric, acc = kernel_accuracy(kernels_dir) if kernels_dir is not None else (None, "", [])
-    kernel = {"kernel_speed_sources": speed_src, "kernel_speed_triton": speed_triton, "kernel_speed": speed, "accuracy_source": acc_src,
+    kernel = {"kernel_speed_sources": speed_src, "kernel_speed_triton": speed_triton, "kernel_speed": speed,
+              "kernel_speed_below_bf16": below, "accuracy_source": acc_src,
               "accuracy_metric": metric, "accuracy": acc}
     if plan is None:
         return CapacitySection(computed=False, error=plan_error, **kernel)

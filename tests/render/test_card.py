@@ -192,6 +192,14 @@ def test_kernel_speed_and_accuracy_are_the_files_numbers_labelled_h200_kernel_le
     assert any(not p["goal_met"] for p in judged_by["uniform"])
     uniform_met = sum(int(r[5].split(" of ")[0]) for r in _table_rows(section) if r[0] == "uniform" and " of " in r[5])
     assert uniform_met < len(judged_by["uniform"])
+    # ... and below the goal's scope too: the points where int8 loses to bf16, counted from the files.
+    for selections, name in (("engine", "qsa-grid-engine-h200.json"), ("uniform", "qsa-grid-h200.json")):
+        small = [p for p in json.loads((kernels / name).read_text())["points"] if not p["goal_in_scope"]]
+        slower = [p["int8_speedup_over_bf16"]["graph"] for p in small if p["int8_speedup_over_bf16"]["graph"] < 1]
+        note = f"{selections}: {len(slower)} of {len(small)} points"
+        assert (note in section) == bool(slower), (note, section)
+        if slower:
+            assert f"{min(slower):.2f}" in section.split(note, 1)[1].split("speed", 1)[0]
     accuracy = json.loads((kernels / "qsa-int8-accuracy.json").read_text())["inputs"]
     for name, result in accuracy.items():
         worst = {a: max(w[a]["total"] for w in result["widths"].values()) for a in ("bf16", "fp8", "int8")}
