@@ -56,6 +56,13 @@
 #   2026-12-02 (session 33): the int8 path's own lean wrapper: host-cost (QFN_QSA_BEFORE_TREE=session 32's tree) tests,
 #     then grid grid-engine; the uniform report redone on a CPU machine with --ncu (as in session 32) and
 #     --baseline session 32's grid
+#   2026-12-03 (session 35), every step under Triton 3.8.0 (QFN_QSA_TRITON_ARCHIVE=triton.tar.xz from
+#     benchmarks/device_triton.py): grid-sweep tests grid grid-engine memcheck; then, on the same warm machine
+#     carrying only .dev/smollm2_kv.pt (QFN_QSA_TRITON_DIR=the unpacked folder): pytest -k smollm2 (kept as
+#     int8_unit_test-smollm2-h200.log), store-bench accuracy ncu-grid; then candidate (NAME=nogate, the edit in
+#     evidence/kernels/qsa-int8-candidate-nogate.diff, BF16=1, CONTEXTS=4096,32768,131072 ROWS="decode 1x5,decode
+#     64x5,decode 256x5,prefill 512,prefill 2048") host-cost. The uniform report redone on a CPU machine with
+#     --ncu qsa-grid-ncu-h200.json --baseline triton36/qsa-grid-h200.json (3.6.0's files: evidence/kernels/triton36/)
 #   Earlier evidence (kernel before issue 13; files named in evidence/kernels/README.md):
 #   benchmarks/kernel_evidence.sh PATCHED UPSTREAM OUT memcheck mutation sweep layouts trims store ncu
 #
