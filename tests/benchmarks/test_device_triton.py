@@ -3,7 +3,6 @@ same layout (the real one is 248 MB and comes from PyPI)."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import lzma
 import shutil
@@ -15,15 +14,14 @@ import pytest
 
 from builder.constants import REPO_ROOT
 
+from tests.benchmarks.conftest import load_script
+
 WHEEL = "triton-3.8.0-cp312-cp312-manylinux_2_27_x86_64.manylinux_2_28_x86_64.whl"
 
 
 @pytest.fixture(scope="module")
 def device_triton():
-    spec = importlib.util.spec_from_file_location("device_triton", REPO_ROOT / "benchmarks/device_triton.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("benchmarks/device_triton.py", "device_triton")
 
 
 def _elf() -> bytes:
@@ -43,7 +41,8 @@ def _wheel(tmp_path: Path, name: str = WHEEL) -> Path:
         zf.writestr("triton/backends/nvidia/bin/ptxas-blackwell", b"#!/bin/sh\n")
         zf.writestr("triton/backends/nvidia/lib/libdevice.10.bc", b"bc")
         zf.writestr("triton/backends/nvidia/lib/cupti/libcupti.so", b"cupti")
-        zf.writestr("triton/backends/nvidia/include/cupti_activity.h", b"/* kept: the driver build includes it */")
+        zf.writestr("triton/backends/nvidia/include/cuda.h", b"/* kept: Triton's driver stub includes it */")
+        zf.writestr("triton/backends/nvidia/include/cupti_activity.h", b"/* dropped */")
         zf.writestr("triton/backends/amd/compiler.py", "")
         zf.writestr("triton/plugins/libTritonPluginsTestLib.so", b"x")
         zf.writestr("triton-3.8.0.dist-info/METADATA", "Name: triton\n")
@@ -63,7 +62,7 @@ def test_pack_keeps_what_the_kernels_load_and_makes_ptxas_executable(device_trit
     members = _members(out)
     assert set(members) == {
         "triton/__init__.py", "triton/_C/libtriton.so", "triton/backends/nvidia/bin/ptxas",
-        "triton/backends/nvidia/lib/libdevice.10.bc", "triton/backends/nvidia/include/cupti_activity.h",
+        "triton/backends/nvidia/lib/libdevice.10.bc", "triton/backends/nvidia/include/cuda.h",
         "triton-3.8.0.dist-info/METADATA",
     }
     # zipfile drops the wheel's exec bits: without 0755 Triton's compile fails on the device.
@@ -73,7 +72,7 @@ def test_pack_keeps_what_the_kernels_load_and_makes_ptxas_executable(device_trit
     assert set(manifest["dropped"]) == {
         "triton/_C/libproton.so", "triton/backends/nvidia/bin/ptxas-blackwell",
         "triton/backends/nvidia/lib/cupti/libcupti.so", "triton/backends/amd/compiler.py",
-        "triton/plugins/libTritonPluginsTestLib.so",
+        "triton/plugins/libTritonPluginsTestLib.so", "triton/backends/nvidia/include/cupti_activity.h",
     }
     written = json.loads((out.parent / "triton.tar.xz.json").read_text())
     assert written["wheel"] == WHEEL and len(written["wheel_sha256"]) == 64
@@ -91,11 +90,17 @@ def test_pack_refuses_a_wheel_the_device_cannot_import(device_triton, tmp_path):
 def test_pack_refuses_an_archive_too_big_for_one_call_and_leaves_nothing(device_triton, tmp_path, monkeypatch):
     if shutil.which("strip") is None:
         pytest.skip("make test installs binutils (scripts/host-setup.sh)")
-    monkeypatch.setattr(device_triton, "CARRY_LIMIT_BYTES", device_triton.REPO_ALLOWANCE_BYTES + 100)
+    # The archive of the small wheel is a few KB: a repository 100 bytes short of the limit leaves no room.
+    monkeypatch.setattr(device_triton, "repo_bytes", lambda: device_triton.CARRY_LIMIT_BYTES - 100)
     out = tmp_path / "carry" / "triton.tar.xz"
-    with pytest.raises(SystemExit, match="would not fit one call's"):
+    with pytest.raises(SystemExit, match=r"and the repository's tracked files \(64.0 MiB\) exceed one call's 64 MiB"):
         device_triton.pack(wheel=_wheel(tmp_path), version="3.8.0", out=out)
     assert list(out.parent.iterdir()) == []
+
+
+def test_the_repository_size_is_its_tracked_files(device_triton):
+    # What the run tool carries every call; CHECKSUMS.sha256 is one tracked file of many.
+    assert device_triton.repo_bytes() > (REPO_ROOT / "CHECKSUMS.sha256").stat().st_size
 
 
 def test_the_pin_comes_from_the_engine_lock(device_triton, tmp_path):

@@ -3,12 +3,13 @@ launched with under a variant is the wrapper's launch with exactly the variant's
 
 from __future__ import annotations
 
-import importlib.util
 import sys
 
 import pytest
 
 from builder.constants import REPO_ROOT
+
+from tests.benchmarks.conftest import load_script
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("triton")
@@ -17,10 +18,7 @@ pytest.importorskip("triton")
 @pytest.fixture(scope="module")
 def occupancy():
     sys.path[:0] = [str(REPO_ROOT / "benchmarks"), str(REPO_ROOT / "bundle" / "patches")]
-    spec = importlib.util.spec_from_file_location("occupancy_bench", REPO_ROOT / "benchmarks/int8_variants/occupancy.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("benchmarks/int8_variants/occupancy.py", "occupancy_bench")
 
 
 def test_variant_names_say_stages_and_register_cap(occupancy):

@@ -3,12 +3,13 @@ the partials' eviction hint does not (the control that shows the comparison can 
 
 from __future__ import annotations
 
-import importlib.util
 import shutil
 
 import pytest
 
 from builder.constants import REPO_ROOT
+
+from tests.benchmarks.conftest import load_script
 
 pytest.importorskip("triton")
 
@@ -18,10 +19,7 @@ HINT = '            mask=output_mask,\n            eviction_policy="evict_last",
 
 @pytest.fixture(scope="module")
 def same_ptx():
-    spec = importlib.util.spec_from_file_location("same_ptx", REPO_ROOT / "benchmarks/int8_variants/same_ptx.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("benchmarks/int8_variants/same_ptx.py", "same_ptx")
 
 
 def _edited_copy(patched_tree, tmp_path, old: str, new: str):
