@@ -62,7 +62,8 @@
 #     int8_unit_test-smollm2-h200.log), store-bench accuracy ncu-grid; then candidate (NAME=nogate, the edit in
 #     evidence/kernels/qsa-int8-candidate-nogate.diff, BF16=1, CONTEXTS=4096,32768,131072 ROWS="decode 1x5,decode
 #     64x5,decode 256x5,prefill 512,prefill 2048") host-cost. The uniform report redone on a CPU machine with
-#     --ncu qsa-grid-ncu-h200.json --baseline triton36/qsa-grid-h200.json (3.6.0's files: evidence/kernels/triton36/)
+#     --ncu qsa-grid-ncu-h200.json --baseline triton36/qsa-grid-h200.json (3.6.0's files: evidence/kernels/triton36/);
+#     then store-sweep store-bench (the bench kept as qsa-int8-store-call154-h200.*)
 #   Earlier evidence (kernel before issue 13; files named in evidence/kernels/README.md):
 #   benchmarks/kernel_evidence.sh PATCHED UPSTREAM OUT memcheck mutation sweep layouts trims store ncu
 #
