@@ -23,7 +23,7 @@ def test_the_committed_profile_parses_to_one_row_per_launch_in_order(tmp_path, m
     assert len(kernels) == 16
     assert [k["kernel"] for k in kernels] == ["_qsa_sparse_paged_gqa_splitk_kernel", "_qsa_sparse_paged_int8_splitk_kernel"] * 8
     assert all({"duration_us", "dram_pct", "l2_pct", "l2_hit_pct", "cycles_per_issue"} <= k.keys() for k in kernels)
-    assert kernels[0]["duration_us"] == pytest.approx(251.07)  # ctx32K decode 64x5 w2051 24/2, fp8
+    assert kernels[0]["duration_us"] == pytest.approx(251.01)  # ctx32K decode 64x5 w2051 24/2, fp8 (Triton 3.8.0)
     source = tmp_path / "ncu.txt"
     source.write_text(text)
     monkeypatch.setattr(sys, "argv", ["qsa_grid_ncu.py", "--table", str(source), "--out", str(tmp_path)])
@@ -43,8 +43,10 @@ def test_a_profile_whose_launch_count_differs_is_refused(tmp_path, monkeypatch):
 
 
 def test_profiled_misses_are_named_from_counters_and_prefill_is_not_called_bytes():
-    grid = json.loads((KERNELS / "qsa-grid-h200.json").read_text())
-    profiled = qsa_grid_report.load_profiled([KERNELS / "qsa-grid-ncu-h200.json", KERNELS / "qsa-grid-ncu-prefill-h200.json"])
+    # Triton 3.6.0's grid with its two profiles (session 33; the prefill profile was not redone under 3.8.0).
+    old = KERNELS / "triton36"
+    grid = json.loads((old / "qsa-grid-h200.json").read_text())
+    profiled = qsa_grid_report.load_profiled([old / "qsa-grid-ncu-h200.json", KERNELS / "qsa-grid-ncu-prefill-h200.json"])
     lines = {line.split(":")[0].strip(): line for line in qsa_grid_report.summary(grid, profiled).splitlines()
              if line.startswith("  ctx")}
     assert "latency at low occupancy (profiled)" in lines["ctx32K prefill 512 w4099 12/1"]
@@ -59,3 +61,14 @@ def test_profiled_misses_are_named_from_counters_and_prefill_is_not_called_bytes
     # Control: without the profiles the old inference called this prefill miss "bytes"; now no prefill is.
     assert "(profiled)" not in qsa_grid_report.summary(grid).split("misses (")[1]
     assert not any("bytes:" in line for name, line in lines.items() if "prefill" in name)
+
+
+def test_the_current_grid_names_its_profiled_misses():
+    """Triton 3.8.0's grid and profile (session 35): the same limiters, from this run's counters."""
+    grid = json.loads((KERNELS / "qsa-grid-h200.json").read_text())
+    profiled = qsa_grid_report.load_profiled([KERNELS / "qsa-grid-ncu-h200.json"])
+    lines = {line.split(":")[0].strip(): line for line in qsa_grid_report.summary(grid, profiled).splitlines()
+             if line.startswith("  ctx")}
+    assert "latency at low occupancy (profiled)" in lines["ctx32K prefill 512 w4099 12/1"]
+    assert "memory (profiled)" in lines["ctx128K decode 256x5 w4099 12/1"]
+    assert "latency (profiled)" in lines["ctx256K decode 1x5 w2051 24/2"]

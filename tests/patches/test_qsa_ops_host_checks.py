@@ -81,8 +81,9 @@ def test_causal_windows(bundle_helpers):
 
 def test_store_launch_is_within_5_percent_of_the_best_the_h200_sweep_measured(ops):
     """The quantize-on-write launch shape per write size comes from the sweep in
-    evidence/kernels/qsa-int8-store-sweep-h200.json; the old fixed 4 tokens x 4 warps, the
-    control, was 10-22% slower than the best at decode sizes."""
+    evidence/kernels/qsa-int8-store-sweep-h200.json (re-swept under Triton 3.8.0: the shipped launch
+    is at worst 1.048x the best); the old fixed 4 tokens x 4 warps, the control, is 17% slower than
+    the best at its worst size (22% under 3.6.0)."""
     import json
 
     from builder.constants import REPO_ROOT
@@ -94,7 +95,7 @@ def test_store_launch_is_within_5_percent_of_the_best_the_h200_sweep_measured(op
                    for row in sweep["rows"])
 
     assert worst(ops._store_int8_launch) <= 1.05
-    assert worst(lambda tokens, heads: (4, 4)) > 1.2
+    assert worst(lambda tokens, heads: (4, 4)) > 1.15
 
 
 def test_both_scale_layouts_sit_in_the_page_tail_and_pass_the_host_checks(ops, bundle_helpers):
