@@ -15,7 +15,6 @@ libtriton stripped.
 from __future__ import annotations
 
 import argparse
-import hashlib
 import io
 import json
 import lzma
@@ -27,10 +26,13 @@ import tempfile
 import zipfile
 from pathlib import Path
 
+from builder.hashing import sha256_file
+
 ROOT = Path(__file__).resolve().parents[1]
 LOCK = ROOT / "docker" / "locks" / "vllm-0.33.0-linux-amd64.txt"
 #: The device's Python (KINDS.md): the wheel must be built for it, not for the lock's 3.11.
 DEVICE_PYTHON = "3.12"
+DEVICE_ABI = "cp" + DEVICE_PYTHON.replace(".", "")
 PLATFORM = "manylinux_2_27_x86_64"
 #: Members the kernels never load on an H200 (sm_90, no profiling), by path prefix inside the wheel.
 DROP_PREFIXES = (
@@ -90,8 +92,6 @@ def fetch_wheel(version: str, dest: Path) -> Path:
 
 def _strip(data: bytes) -> bytes:
     """``strip --strip-unneeded`` of an ELF file (debug symbols are most of libtriton's size)."""
-    if not data.startswith(b"\x7fELF"):
-        return data
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "lib.so"
         path.write_bytes(data)
@@ -101,9 +101,9 @@ def _strip(data: bytes) -> bytes:
 
 def pack(*, wheel: Path, version: str, out: Path) -> dict:
     """Write the trimmed archive to ``out`` (via a temp file, renamed); return its manifest."""
-    if not wheel.name.startswith(f"triton-{version}-") or f"cp{DEVICE_PYTHON.replace('.', '')}" not in wheel.name:
+    if not wheel.name.startswith(f"triton-{version}-{DEVICE_ABI}-"):
         raise PackError(f"--wheel {wheel.name}: the lock pins triton {version} and the device runs Python "
-                        f"{DEVICE_PYTHON}; pass triton-{version}-cp{DEVICE_PYTHON.replace('.', '')}-*.whl or omit --wheel")
+                        f"{DEVICE_PYTHON}; pass triton-{version}-{DEVICE_ABI}-*.whl or omit --wheel")
     dropped: list[str] = []
     kept = 0
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -132,7 +132,7 @@ def pack(*, wheel: Path, version: str, out: Path) -> dict:
                         f"({repo / 2**20:.1f} MiB) exceed one call's {CARRY_LIMIT_BYTES >> 20} MiB carry: "
                         "add what the kernels do not load to DROP_PREFIXES")
     tmp.replace(out)
-    manifest = {"wheel": wheel.name, "wheel_sha256": hashlib.sha256(wheel.read_bytes()).hexdigest(),
+    manifest = {"wheel": wheel.name, "wheel_sha256": sha256_file(wheel),
                 "archive_bytes": size, "repo_bytes_when_packed": repo, "members": kept, "dropped": dropped}
     out.with_name(out.name + ".json").write_text(json.dumps(manifest, indent=1) + "\n")
     return manifest
