@@ -152,7 +152,7 @@ def test_the_spill_guard_catches_the_two_result_v_decode(patched_tree, tmp_path)
     assert text.count(anchor) == 1
     qsa.write_text(text.replace(anchor, _TWO_RESULT_DECODE.lstrip() + "\n" + anchor))
     local = _int8_local_bytes(tree)
-    # Every one-warp tile is caught (the table's 2-warp 64-token tiles spill 72 B too).
+    # Every one-warp tile is caught (the table's 2-warp 64-token tiles spill too).
     assert {k for k, v in local.items() if v > MAX_INT8_LOCAL_BYTES} >= {k for k in local if k[1:3] == (32, 1)}
 
 
