@@ -64,6 +64,7 @@
 #     64x5,decode 256x5,prefill 512,prefill 2048") host-cost. The uniform report redone on a CPU machine with
 #     --ncu qsa-grid-ncu-h200.json --baseline triton36/qsa-grid-h200.json (3.6.0's files: evidence/kernels/triton36/);
 #     then store-sweep store-bench (the bench kept as qsa-int8-store-call154-h200.*)
+#   2026-12-03 (session 36): prepare-write (the fused write the engine runs), under QFN_QSA_TRITON_ARCHIVE
 #   Earlier evidence (kernel before issue 13; files named in evidence/kernels/README.md):
 #   benchmarks/kernel_evidence.sh PATCHED UPSTREAM OUT memcheck mutation sweep layouts trims store ncu
 #
@@ -210,6 +211,9 @@ PY
       python benchmarks/qsa_int8_mma_emulation.py > "$OUT/qsa-int8-mma-emulation.txt" ;;
     store-bench)
       python benchmarks/qsa_store_bench.py --engine "$E" --out "$OUT" > "$OUT/qsa-int8-store-h200.txt" 2>&1 ;;
+    prepare-write)
+      # The write the engine runs: qsa_prepare's one launch with a bf16, fp8 and int8 main cache.
+      python benchmarks/qsa_prepare_write_bench.py --engine "$E" --out "$OUT" > "$OUT/qsa-int8-prepare-write-h200.txt" 2>&1 ;;
     store-floor)
       # The write against kernels doing one step less each (copy kernel, empty, loads+stores, +absmax, +divides),
       # and fastdiv: the shipped bytes without div_rn (byte-compared; benchmarks/int8_variants/store_divide.py).
