@@ -36,15 +36,25 @@ def gathered_bytes(point: dict, arm: str) -> int:
 
 
 #: Prefill misses by context, from the profiled prefill points (ncu: qsa-grid-ncu-h200.json and
-#: qsa-grid-ncu-prefill-h200.json, session 31). At 32K: int8 DRAM 3-13%, L2 40-46% of peak, hit 76-95%.
-#: From 128K: int8 L2 82-94% of peak, DRAM 55-74%, hit 19-33%; fp8 L2 62-78%.
+#: qsa-grid-ncu-prefill-h200.json). At 32K both kernels sit at low occupancy with DRAM under 15%
+#: and L2 under half its peak; from 128K int8 drives L2 near its peak (the range is the profiles').
 PREFILL_L2_FROM = 131072
 PREFILL_LATENCY = ("latency at low occupancy: rows re-gather shared tokens from L2, both kernels run at "
                    "12.5% theoretical occupancy (registers and shared memory) and int8's warps wait longer per "
                    "instruction; memory is not the bound")
-PREFILL_L2 = ("L2 throughput: rows re-gather their tokens through L2, which int8 drives at 82-94% of its peak "
-              "at the profiled 128K-256K prefill points (fp8 62-78%); int8 reads fp8's K/V bytes plus a scale "
+PREFILL_L2 = ("L2 throughput: rows re-gather their tokens through L2, which int8 drives at {int8} of its peak "
+              "at the profiled 128K-256K prefill points (fp8 {fp8}); int8 reads fp8's K/V bytes plus a scale "
               "sector, so it cannot pull much further ahead")
+
+
+def prefill_l2_ranges(profiled: dict[str, dict]) -> dict[str, str]:
+    """Each arm's L2 %-of-peak range over the profiled prefill points from 128K whose int8 drives
+    memory (profiled_limiter's memory rule), e.g. {"int8": "81-89%", "fp8": "72-78%"}."""
+    rows = [r for name, r in profiled.items() if " prefill " in name and int(name[3:name.index("K")]) * 1024 >= PREFILL_L2_FROM
+            and (r["int8"]["dram_pct"] >= 70 or r["int8"]["l2_pct"] >= 80)]  # fmt: skip
+    if not rows:
+        return {"int8": "(no profiled point)", "fp8": "(no profiled point)"}
+    return {arm: f"{min(r[arm]['l2_pct'] for r in rows):.0f}-{max(r[arm]['l2_pct'] for r in rows):.0f}%" for arm in ("int8", "fp8")}
 
 
 def profiled_limiter(rows: dict[str, dict]) -> str:
@@ -65,7 +75,7 @@ def profiled_limiter(rows: dict[str, dict]) -> str:
     return f"{why} [{numbers}]"
 
 
-def limiter(point: dict, copy_tbps: float) -> str:
+def limiter(point: dict, copy_tbps: float, l2_ranges: dict[str, str]) -> str:
     """What bounds int8 at a missed point, inferred from gathered bytes / time (K/V rows each
     selection reads, L2 hits included, so it can pass 100%) and, for prefill, from the profiles."""
     ms = {arm: point["ms"][arm]["graph"] for arm in ("fp8", "int8")}
@@ -76,7 +86,7 @@ def limiter(point: dict, copy_tbps: float) -> str:
     if ms["fp8"] * 1e3 < 30:
         why = "latency: launch, split-K merge and one gather round trip; neither arm near bandwidth"
     elif point["prefill"]:
-        why = PREFILL_L2 if point["context"] >= PREFILL_L2_FROM else PREFILL_LATENCY
+        why = PREFILL_L2.format(**l2_ranges) if point["context"] >= PREFILL_L2_FROM else PREFILL_LATENCY
     elif pct["fp8"] >= 55:
         why = "bytes: fp8 already gathers near the memory rate; int8 gathers the same 512 B of K/V per token-head plus its paired K and V scales from one more 32 B sector (+6%), so it can at best tie"
     else:
@@ -136,8 +146,9 @@ def summary(grid: dict, profiled: dict[str, dict] | None = None) -> str:
         f"misses ({len(misses)}), with what bounds them ({len(profiled)} points profiled by ncu, marked 'profiled'; the rest "
         "inferred from gathered bytes / graph time against the copy rate and, for prefill, from the prefill profiles):",
     ]
+    l2_ranges = prefill_l2_ranges(profiled)
     for p in misses:
-        why = profiled_limiter(profiled[p["name"]]) if p["name"] in profiled else limiter(p, copy)
+        why = profiled_limiter(profiled[p["name"]]) if p["name"] in profiled else limiter(p, copy, l2_ranges)
         lines.append(f"  {p['name']}: x fp8 {p['int8_speedup_over_fp8']['graph']:.2f}, x bf16 {p['int8_speedup_over_bf16']['graph']:.2f}; {why}")
     return "\n".join(lines) + "\n"
 

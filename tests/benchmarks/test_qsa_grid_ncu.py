@@ -43,10 +43,10 @@ def test_a_profile_whose_launch_count_differs_is_refused(tmp_path, monkeypatch):
 
 
 def test_profiled_misses_are_named_from_counters_and_prefill_is_not_called_bytes():
-    # Triton 3.6.0's grid with its two profiles (session 33; the prefill profile was not redone under 3.8.0).
+    # Triton 3.6.0's grid with its two profiles (session 33).
     old = KERNELS / "triton36"
     grid = json.loads((old / "qsa-grid-h200.json").read_text())
-    profiled = qsa_grid_report.load_profiled([old / "qsa-grid-ncu-h200.json", KERNELS / "qsa-grid-ncu-prefill-h200.json"])
+    profiled = qsa_grid_report.load_profiled([old / "qsa-grid-ncu-h200.json", old / "qsa-grid-ncu-prefill-h200.json"])
     lines = {line.split(":")[0].strip(): line for line in qsa_grid_report.summary(grid, profiled).splitlines()
              if line.startswith("  ctx")}
     assert "latency at low occupancy (profiled)" in lines["ctx32K prefill 512 w4099 12/1"]
@@ -64,11 +64,24 @@ def test_profiled_misses_are_named_from_counters_and_prefill_is_not_called_bytes
 
 
 def test_the_current_grid_names_its_profiled_misses():
-    """Triton 3.8.0's grid and profile (session 35): the same limiters, from this run's counters."""
+    """Triton 3.8.0's grid and profiles (sessions 35 and 36): the same limiters, from these runs' counters."""
     grid = json.loads((KERNELS / "qsa-grid-h200.json").read_text())
-    profiled = qsa_grid_report.load_profiled([KERNELS / "qsa-grid-ncu-h200.json"])
+    profiled = qsa_grid_report.load_profiled([KERNELS / "qsa-grid-ncu-h200.json", KERNELS / "qsa-grid-ncu-prefill-h200.json"])
     lines = {line.split(":")[0].strip(): line for line in qsa_grid_report.summary(grid, profiled).splitlines()
              if line.startswith("  ctx")}
     assert "latency at low occupancy (profiled)" in lines["ctx32K prefill 512 w4099 12/1"]
+    assert "latency at low occupancy (profiled)" in lines["ctx32K prefill 2048 w2051 24/2"]
     assert "memory (profiled)" in lines["ctx128K decode 256x5 w4099 12/1"]
+    assert "memory (profiled)" in lines["ctx128K prefill 512 w4099 24/2"]
     assert "latency (profiled)" in lines["ctx256K decode 1x5 w2051 24/2"]
+    # Unprofiled 128K+ prefill misses quote the profiles' own L2 range, not a fixed one.
+    assert "int8 drives at 81-89% of its peak at the profiled 128K-256K prefill points (fp8 72-78%)" in lines[
+        "ctx256K prefill 2048 w4099 12/1"]
+
+
+def test_prefill_l2_range_counts_only_memory_bound_points_from_128k():
+    profiled = qsa_grid_report.load_profiled([KERNELS / "qsa-grid-ncu-h200.json", KERNELS / "qsa-grid-ncu-prefill-h200.json"])
+    assert qsa_grid_report.prefill_l2_ranges(profiled) == {"int8": "81-89%", "fp8": "72-78%"}
+    # Control: ctx128K prefill 2048 w2051 24/2 is profiled too (int8 L2 73%, not memory-bound); counted, it widens the range.
+    assert profiled["ctx128K prefill 2048 w2051 24/2"]["int8"]["l2_pct"] < 80
+    assert qsa_grid_report.prefill_l2_ranges({}) == {"int8": "(no profiled point)", "fp8": "(no profiled point)"}
