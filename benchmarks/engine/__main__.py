@@ -9,6 +9,8 @@
 `prepare --triton-cache FILE` sends a Triton cache an earlier `measure` brought back
 ($OUT/triton-cache.tar.xz) with the measuring call, so fresh servers skip most of their compiles.
 `prepare --phases P --bench-cells LENxCONC,... --bench-repeats N` puts those into the measuring call.
+`prepare --triton ARCHIVE` carries the engine lock's Triton (benchmarks/device_triton.py packs it) and
+the servers run it instead of the device's own, as the images do.
 """
 
 from __future__ import annotations
@@ -100,8 +102,25 @@ def device_calls(*, out: Path, repo_rel: str, pieces: list[str], budget_s: int, 
     return calls
 
 
+def check_triton_archive(archive: Path) -> str:
+    """The archive's wheel name, after checking device_triton.py packed it from the engine lock's pin."""
+    from benchmarks.device_triton import LOCK, lock_pin
+
+    sidecar = archive.with_name(archive.name + ".json")
+    if not archive.is_file() or not sidecar.is_file():
+        raise EngineHarnessError(f"--triton {archive}: no such archive with its {sidecar.name} beside it",
+                                 hint=f"pack it: python benchmarks/device_triton.py --out {archive}")
+    wheel = json.loads(sidecar.read_text())["wheel"]
+    pin = lock_pin(LOCK)
+    if not wheel.startswith(f"triton-{pin}-"):
+        raise EngineHarnessError(f"--triton {archive} was packed from {wheel}; the engine lock pins triton {pin}",
+                                 hint=f"pack it again: python benchmarks/device_triton.py --out {archive}")
+    return wheel
+
+
 def prepare(*, out: Path, repo_root: Path, budget_s: int, piece_mib: int | None, layout: str = "tp1",
-            graphs: bool = False, triton_cache: Path | None = None, measure_args: tuple[str, ...] = ()) -> dict:
+            graphs: bool = False, triton_cache: Path | None = None, measure_args: tuple[str, ...] = (),
+            triton: Path | None = None) -> dict:
     from benchmarks.engine.carry import assemble
     from benchmarks.engine.lock import fetch_wheels
     from builder.hashing import sha256_file
@@ -112,6 +131,8 @@ def prepare(*, out: Path, repo_root: Path, budget_s: int, piece_mib: int | None,
         raise EngineHarnessError(f"--triton-cache {triton_cache}: no such file",
                                  hint=f"give the {CACHE_ARCHIVE} an earlier measure call wrote to $OUT")
     cache_bytes = triton_cache.stat().st_size if triton_cache is not None else 0
+    if triton is not None:
+        check_triton_archive(triton)
     with replace_dir(out / "run", replaceable=_earlier_run_tree, what="run tree", error=EngineHarnessError) as run:
         copy_run_tree(run)
     # Every call sends the checkout and the run tree; a piece gets what is left of the call's 64 MiB.
@@ -129,7 +150,7 @@ def prepare(*, out: Path, repo_root: Path, budget_s: int, piece_mib: int | None,
     manifest = assemble(
         wheel=engine.wheel, wheel_sha256=engine.wheel_sha256, patches_dir=PATCHES_DIR, series_sha256=series,
         wheels=wheels, tokenizer_dir=tokenizer, out=out / "carry", work=WHEELS_DIR.parent / "engine-carry",
-        piece_bytes=piece_bytes, graph_wheels=graph_wheels,
+        piece_bytes=piece_bytes, graph_wheels=graph_wheels, triton_archive=triton,
     )
     if triton_cache is not None:
         if manifest.pieces[-1].size + cache_bytes > room:
@@ -164,6 +185,8 @@ def main(argv: list[str] | None = None) -> int:
                       help="carry nvidia-cutlass-dsl and quack-kernels (graphs.lock, ~105 MB: two more pieces) and measure with CUDA graphs")
     prep.add_argument("--triton-cache", type=Path,
                       help=f"a {CACHE_ARCHIVE} an earlier measure call brought back: sent with the measuring call")
+    prep.add_argument("--triton", type=Path, help="the engine lock's Triton as benchmarks/device_triton.py packs "
+                      "it (~45 MB: one more piece); the servers run it instead of the device's own")
     prep.add_argument("--phases", help=f"the measuring call's phases, a comma list of {','.join(PHASES)} (default: all)")
     prep.add_argument("--bench-cells", help="the measuring call's bench cells, LENxCONC comma list (default: all)")
     prep.add_argument("--bench-repeats", type=int, default=1, help="the measuring call runs its bench cells this many times")
@@ -200,7 +223,8 @@ def main(argv: list[str] | None = None) -> int:
             print(json.dumps(prepare(out=out, repo_root=root, budget_s=args.budget_s, piece_mib=args.piece_mib,
                                      layout=args.layout, graphs=args.graphs,
                                      triton_cache=args.triton_cache.resolve() if args.triton_cache else None,
-                                     measure_args=tuple(measure_args)), indent=2))
+                                     measure_args=tuple(measure_args),
+                                     triton=args.triton.resolve() if args.triton else None), indent=2))
     except BuilderError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return exc.exit_code

@@ -11,8 +11,10 @@ Components, in stream order (what call 1 can already use comes first):
   engine-tree.tar.xz  vllm==0.33.0's Python/data files with the series applied, the device
                       shims below, and its dist-info without RECORD
   engine-libs.tar.xz  the two stable-ABI op libraries (_C_stable_libtorch, _moe_C_stable_libtorch)
-  graphs-wheels.tar   only with `prepare --graphs`: nvidia-cutlass-dsl (graphs.lock), last, so the
-                      calls before it are the same with or without it
+  graphs-wheels.tar   only with `prepare --graphs`: nvidia-cutlass-dsl (graphs.lock), after the
+                      four above, so the calls before it are the same with or without it
+  triton.tar.xz       only with `prepare --triton ARCHIVE`: the engine lock's Triton, trimmed by
+                      benchmarks/device_triton.py, which the servers then run instead of the device's
 """
 
 from __future__ import annotations
@@ -46,6 +48,7 @@ _DIST_INFO = f"vllm-{ENGINE_UPSTREAM_VERSION}.dist-info/"
 DEFAULT_PIECE_MIB = 56
 COMPONENTS = ("tokenizer.tar.xz", "wheels.tar", "engine-tree.tar.xz", "engine-libs.tar.xz")
 GRAPHS_COMPONENT = "graphs-wheels.tar"
+TRITON_COMPONENT = "triton.tar.xz"
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja")
 
 
@@ -216,7 +219,7 @@ def split_stream(*, components: list[Path], out_dir: Path, piece_bytes: int) -> 
 def assemble(
     *, wheel: Path, wheel_sha256: str, patches_dir: Path, series_sha256: str, wheels: list[Path],
     tokenizer_dir: Path, out: Path, work: Path, piece_bytes: int = DEFAULT_PIECE_MIB << 20,
-    graph_wheels: list[Path] = (),
+    graph_wheels: list[Path] = (), triton_archive: Path | None = None,
 ) -> Manifest:
     """Build the components in `work` and write the pieces and manifest.json to `out` (absent, empty
     or an earlier carry; written beside it and swapped in whole by builder.atomic.replace_dir)."""
@@ -228,8 +231,10 @@ def assemble(
                                  hint="run builder.models.smollm2.prepare_smollm2() first")
     with replace_dir(out, replaceable=_earlier_carry, what="carry", error=EngineHarnessError) as stage:
         work.mkdir(parents=True, exist_ok=True)
-        names = [*COMPONENTS, *([GRAPHS_COMPONENT] if graph_wheels else [])]
+        names = [*COMPONENTS, *([GRAPHS_COMPONENT] if graph_wheels else []), *([TRITON_COMPONENT] if triton_archive else [])]
         built = {name: work / name for name in names}
+        if triton_archive:
+            built[TRITON_COMPONENT] = triton_archive  # already a deterministic .tar.xz (device_triton.py)
         with tempfile.TemporaryDirectory(dir=work) as tmp:
             t = Path(tmp)
             (t / "tokenizer").mkdir()

@@ -94,11 +94,24 @@ def python_env(state: Path, *, graphs: bool = False) -> dict[str, str]:
     paths = [*(site_paths(state / GRAPHS_SITE) if graphs else []), str(state / "site"), str(state / "engine"), str(REPO),
              str(LAUNCH_TEMPLATES_DIR)]
     env = dict(os.environ)
+    triton = state / landing.DESTINATIONS["triton.tar.xz"]
+    if (triton / "triton" / "__init__.py").is_file():
+        # The carried lock Triton before the device's own; its trimmed tree registers the NVIDIA
+        # backend in-tree (no entry points), as benchmarks/kernel_evidence.sh runs it.
+        paths.insert(0, str(triton))
+        env["TRITON_BACKENDS_IN_TREE"] = "1"
     env["PYTHONPATH"] = ":".join(paths + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
     env["QFN_REPO_ROOT"] = str(REPO)
     env["PYTHONUNBUFFERED"] = "1"
     env["TRITON_CACHE_DIR"] = str(state / TRITON_CACHE)
     return env
+
+
+def triton_in_use(state: Path) -> str:
+    """The Triton the servers import (version and where), as python_env sets them up."""
+    done = subprocess.run([sys.executable, "-c", "import triton; print(triton.__version__, triton.__file__)"],
+                          env=python_env(state), capture_output=True, text=True)
+    return done.stdout.strip() if done.returncode == 0 else f"import failed: {done.stderr.strip()[-300:]}"
 
 
 def site_paths(site_dir: Path) -> list[str]:
@@ -631,6 +644,7 @@ def measure(*, carried: Path, state: Path, out: Path, budget_s: float, phases: t
     summary: dict = {"target": TARGET, "layout": layout, "graphs": graphs, "budget_s": budget_s, "phases": {}}
     status = land(carried=carried, state=state)
     summary["land"] = status
+    summary["triton"] = triton_in_use(state)
     summary["triton_cache"] = {}
     sys.path[:0] = [str(state / "site"), str(state / "engine")]  # builder needs the carried pydantic
     servers: dict = {}

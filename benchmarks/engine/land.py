@@ -23,6 +23,7 @@ DESTINATIONS = {
     "engine-tree.tar.xz": "engine",
     "engine-libs.tar.xz": "engine",
     "graphs-wheels.tar": "graphs-wheels",
+    "triton.tar.xz": "triton-lock",
 }
 
 

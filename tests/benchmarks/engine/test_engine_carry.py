@@ -246,6 +246,39 @@ def test_graph_wheels_ride_last_and_unpack_apart(tmp_path):
     assert land.status(manifest=m.model_dump(), state=state)["components_total"] == 5
 
 
+def fake_triton_archive(path: Path, version: str = "3.8.0") -> Path:
+    """A .tar.xz laid out like benchmarks/device_triton.py's: the wheel's members, its sidecar beside it."""
+    import io
+    import tarfile
+
+    with tarfile.open(path, "w:xz") as tar:
+        for name, text in {"triton/__init__.py": f"__version__ = '{version}-carried'\n",
+                           f"triton-{version}.dist-info/METADATA": f"Name: triton\nVersion: {version}\n"}.items():
+            member = tarfile.TarInfo(name)
+            member.size = len(text)
+            tar.addfile(member, io.BytesIO(text.encode()))
+    path.with_name(path.name + ".json").write_text(json.dumps({"wheel": f"triton-{version}-cp312-cp312-manylinux.whl"}))
+    return path
+
+
+def test_the_lock_triton_rides_last_and_unpacks_to_its_own_folder(tmp_path):
+    """prepare --triton: the trimmed Triton archive is one more component after the others, so the
+    eager carry's pieces stay as they were, and it lands in state/triton-lock whole."""
+    tok, series = _tokenizer_and_empty_series(tmp_path)
+    archive = fake_triton_archive(tmp_path / "triton.tar.xz")
+    out = tmp_path / "out"
+    m = carry.assemble(wheel=fake_wheel(tmp_path / "v.whl"), wheel_sha256="a" * 64, patches_dir=series,
+                       series_sha256="b" * 64, wheels=[], tokenizer_dir=tok, out=out,
+                       work=tmp_path / "work", piece_bytes=4096, triton_archive=archive)
+    assert [c.name for c in m.components] == [*carry.COMPONENTS, carry.TRITON_COMPONENT]
+    assert m.components[-1].size == archive.stat().st_size
+    state = tmp_path / "state"
+    land.land_pieces(manifest=m.model_dump(), carried=out, state=state)
+    assert land.unpack_ready(manifest=m.model_dump(), state=state)[-1] == carry.TRITON_COMPONENT
+    assert "3.8.0-carried" in (state / land.DESTINATIONS[carry.TRITON_COMPONENT] / "triton" / "__init__.py").read_text()
+    assert archive.exists()  # the packed archive is the user's: assemble reads it, never moves it
+
+
 def test_the_graphs_lock_pins_what_the_image_pins():
     """Graphs on the device run what the image runs: cutlass-dsl 4.8.0 and the warm-up's quack,
     each at the image lock's version (docker/locks)."""

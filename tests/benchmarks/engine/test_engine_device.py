@@ -12,7 +12,7 @@ from benchmarks.engine import device
 from benchmarks.engine.__main__ import device_calls
 from benchmarks.engine import model as gen
 from builder.config import launch_plan, load_target
-from builder.errors import ConfigError
+from builder.errors import ConfigError, EngineHarnessError
 
 
 def flags(plan) -> dict[str, str | None]:
@@ -571,3 +571,33 @@ def test_wheels_install_once_and_a_state_with_another_carrys_wheels_is_refused(t
     with pytest.raises(RuntimeError, match="another carry landed on this state"):
         device.install_wheels(tmp_path)
     assert len(calls) == 1
+
+
+def test_a_landed_lock_triton_comes_first_and_the_summary_names_it(tmp_path):
+    """With state/triton-lock landed, every server (python_env) imports it before the device's own
+    Triton, registered in-tree; without it nothing changes (the control)."""
+    from tests.benchmarks.engine.test_engine_carry import fake_triton_archive
+    import tarfile
+
+    assert "TRITON_BACKENDS_IN_TREE" not in device.python_env(tmp_path)
+    assert "-carried" not in device.triton_in_use(tmp_path)
+    lock = tmp_path / "triton-lock"
+    lock.mkdir()
+    with tarfile.open(fake_triton_archive(tmp_path / "t.tar.xz")) as tar:
+        tar.extractall(lock, filter="data")
+    env = device.python_env(tmp_path)
+    assert env["PYTHONPATH"].split(":")[0] == str(lock) and env["TRITON_BACKENDS_IN_TREE"] == "1"
+    assert device.triton_in_use(tmp_path) == f"3.8.0-carried {lock / 'triton' / '__init__.py'}"
+
+
+def test_a_triton_archive_not_from_the_engine_locks_pin_is_refused(tmp_path):
+    from benchmarks.device_triton import LOCK, lock_pin
+    from benchmarks.engine.__main__ import check_triton_archive
+    from tests.benchmarks.engine.test_engine_carry import fake_triton_archive
+
+    pin = lock_pin(LOCK)
+    assert check_triton_archive(fake_triton_archive(tmp_path / "ok.tar.xz", pin)).startswith(f"triton-{pin}-")
+    with pytest.raises(EngineHarnessError, match="the engine lock pins triton"):
+        check_triton_archive(fake_triton_archive(tmp_path / "old.tar.xz", "3.6.0"))
+    with pytest.raises(EngineHarnessError, match="no such archive"):
+        check_triton_archive(tmp_path / "missing.tar.xz")
