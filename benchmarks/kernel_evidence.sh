@@ -64,7 +64,9 @@
 #     64x5,decode 256x5,prefill 512,prefill 2048") host-cost. The uniform report redone on a CPU machine with
 #     --ncu qsa-grid-ncu-h200.json --baseline triton36/qsa-grid-h200.json (3.6.0's files: evidence/kernels/triton36/);
 #     then store-sweep store-bench (the bench kept as qsa-int8-store-call154-h200.*)
-#   2026-12-03 (session 36): prepare-write (the fused write the engine runs), under QFN_QSA_TRITON_ARCHIVE
+#   2026-12-03 (session 36), under QFN_QSA_TRITON_ARCHIVE: prepare-write (the fused write the engine runs), then
+#     ncu-prefill ncu-selection (3.6.0's files moved to evidence/kernels/triton36/; the uniform report redone on a CPU
+#     machine with --ncu qsa-grid-ncu-h200.json qsa-grid-ncu-prefill-h200.json --baseline triton36/qsa-grid-h200.json)
 #   Earlier evidence (kernel before issue 13; files named in evidence/kernels/README.md):
 #   benchmarks/kernel_evidence.sh PATCHED UPSTREAM OUT memcheck mutation sweep layouts trims store ncu
 #
