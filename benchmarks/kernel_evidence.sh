@@ -1,80 +1,22 @@
 #!/usr/bin/env bash
-# The GPU runs behind evidence/kernels/, one step per argument, on a machine with the GPU.
+# The GPU runs behind evidence/kernels/, one step per argument, on a machine with the GPU:
+#   benchmarks/kernel_evidence.sh PATCHED UPSTREAM OUT STEP [STEP ...]
 #   PATCHED: vllm 0.33.0 QSA sources with the series applied (builder patches apply --to DIR)
-#   On the lent device a call returns at most 8 files from its $OUT: give OUT a git-ignored folder
-#   (e.g. .dev/kout) and end the command with tar czf "$OUT/kout.tgz" -C .dev/kout .
 #   UPSTREAM: the same sources unpatched; OUT: where the logs and JSON go
 #   QFN_QSA_SMOLLM2_KV: real SmolLM2 K/V/Q for the window tests and accuracy
 #     (python benchmarks/capture_smollm2_kv.py --num-layers 4 --out .dev/smollm2_kv.pt, on a CPU machine)
 #   QFN_QSA_TRITON_ARCHIVE: run every step under the images' Triton (benchmarks/device_triton.py packs the
 #     engine lock's pin), not the machine's own; unpacked once per archive into /tmp/qfn-triton-<sha256>
-#     (a later call on the same warm machine finds it there: QFN_QSA_TRITON_DIR=that folder, no archive)
-#   QFN_QSA_OLD_TREE: for mutation-window, a tree with the int8 kernel before issue 13
-#     (the series of commit ed7f111 applied: git show ed7f111:bundle/patches/qsa-int8.diff)
+#     (a later run on the same machine finds it there: QFN_QSA_TRITON_DIR=that folder, no archive)
+#   QFN_QSA_OLD_TREE: for mutation-window and fix-speed, a tree with the int8 kernel that carried the V bias
+#     across a whole split (the series of commit ed7f111 applied: git show ed7f111:bundle/patches/qsa-int8.diff)
 #
-#   Current evidence (issue 13):
-#   benchmarks/kernel_evidence.sh PATCHED UPSTREAM OUT grid-sweep grid tests mutation-window accuracy store-bench fix-speed deferred-bias emulation
-#   and on the fixed kernel (2026-11-30; PATCHED/UPSTREAM need only vllm/models/qwen4_exp/nvidia/ops): memcheck ncu
-#   2026-12-01: store-sweep ncu-grid, then (store launch re-chosen) store-bench and tests -k quantize_on_write
-#   2026-12-02 (session 26): grid-sweep grid tests memcheck (the picker keys buckets on width too), then ncu-grid
-#   2026-12-01 (session 24): paired-scales (candidate), then with the paired tail shipped: tests grid paired-scales memcheck,
-#     store-bench ncu-grid (store-bench's two files kept as qsa-int8-store-paired-h200.*), occupancy
-#   2026-12-02 (session 28): candidate (QFN_QSA_CANDIDATE_NAME=deferred-bias-tile1, -tile2), then with tile2
-#     shipped: tests memcheck grid, store-floor ncu-grid; the deferral's mutants (mutA: no after-loop subtraction,
-#     mutB: carried bias not rescaled) by hand: QFN_QSA_PATCHED_TREE=MUTANT pytest -k "window_and_table_entry or smollm2 or edge_cases"
-#   2026-12-02 (session 29): store-floor on the session-28 tree (kept as qsa-int8-store-floor-divrn-h200.*), then
-#     on a tree with fastdiv in the write: grid-sweep grid (kept as qsa-grid-resweep-table-h200.*; the table was
-#     not shipped), and on the build that ships (session-28 table, fastdiv): tests memcheck accuracy store-bench
-#     (twice: the first kept as qsa-int8-store-run1-h200.*) store-floor; stages: python
-#     benchmarks/int8_variants/occupancy.py --variants s3,s4 --rows "decode 64x5,prefill 512,prefill 2048"
-#     --widths 1024,2051,4099 (kept as qsa-int8-stages-h200.*); the write's mutants by hand (nocorr: _int8_row_scale
-#     without the FMA correction, noinf: without the +inf guard): QFN_QSA_PATCHED_TREE=MUTANT pytest
-#     -k "row_scale or quantize_on_write or fused_prepare"; candidate (QFN_QSA_CANDIDATE_NAME=halves, the edit in
-#     evidence/kernels/qsa-int8-candidate-halves.diff; CONTEXTS=32768,131072 ROWS="decode 8x5,prefill 512,prefill 2048")
-#   2026-12-02 (session 30): candidate with QFN_QSA_CANDIDATE_BF16=1 at CONTEXTS=32768,131072 (each edit kept as
-#     evidence/kernels/qsa-int8-candidate-NAME.diff): NAME=pdl and pdl4 (the merge as a programmatic dependent, 2 / 4
-#     warps) and nomerge (no int8 merge: its cost) at ROWS="decode 1x5,decode 8x5" (pdl4 also at 64x5; nomerge also at
-#     64x5 and 256x5, kept as -nomerge-64x5-256x5-h200.*); fused (1x5 to 256x5) and fused-64, with the fused tree's tests:
-#     QFN_QSA_PATCHED_TREE=FUSED pytest -k "(edge_cases and int8) or every_sm90_table or cuda_graph or decode_bias
-#     or split_merge or warmup or memcheck" (kept as int8_unit_test-candidate-fused-h200.log). None shipped.
-#     Then NAME=evict (the split partials stored evict_last) at ROWS="decode 8x5,decode 64x5,decode 256x5" and, as
-#     evict-4K-256K, CONTEXTS=4096,262144 ROWS="decode 1x5,decode 8x5,decode 64x5"; shipped as its two store hints
-#     (same PTX: benchmarks/int8_variants/same_ptx.py), with tests (-k "not smollm2") and memcheck on the measured tree.
-#   2026-12-02 (session 31): on the applied series (the evict_last partials): grid ncu-grid tests; then candidate
-#     NAME=bf16p (bf16 split partials) with QFN_QSA_CANDIDATE_BF16=1 CONTEXTS=32768,131072,262144
-#     ROWS="decode 1x5,decode 8x5,decode 64x5,decode 256x5", and QFN_QSA_PATCHED_TREE=BF16P pytest -k "window_and_table_entry
-#     or smollm2 or edge_cases or every_sm90_table or decode_bias or cuda_graph" (kept as int8_unit_test-candidate-bf16p-h200.log)
-#     Then host_cost.py at 4K x decode 1x5-64x5, prefill 512 x w2051 x both GQA (kept as qsa-int8-host-cost-grid8-h200.*),
-#     then host-cost ncu-prefill.
-#     Then candidate NAME=pairld (the scale pair as one 8-byte copy) at all contexts and rows with QFN_QSA_CANDIDATE_BF16=1,
-#     and its tests (QFN_QSA_PATCHED_TREE=PAIRLD pytest); shipped behind PAIRED_SCALES (same PTX: same_ptx.py), then on
-#     the applied series: tests grid, and by hand the split-tail test on a mutant whose two-load path reads V's scales
-#     from K's pointer (pytest -k split_scale_tail, kept as int8_unit_test-mutation-split-scales-h200.log).
-#   2026-12-02 (session 32): expand-check grid grid-engine (the indexer's selections: runs of 4 tokens, causal tail, distinct blocks);
-#     then grid-sweep (on engine selections, QFN_QSA_SELECTION's default since), and on the table it wrote:
-#     tests grid grid-engine memcheck, then ncu-selection
-#   2026-12-02 (session 33): the int8 path's own lean wrapper: host-cost (QFN_QSA_BEFORE_TREE=session 32's tree) tests,
-#     then grid grid-engine; the uniform report redone on a CPU machine with --ncu (as in session 32) and
-#     --baseline session 32's grid
-#   2026-12-03 (session 35), every step under Triton 3.8.0 (QFN_QSA_TRITON_ARCHIVE=triton.tar.xz from
-#     benchmarks/device_triton.py): grid-sweep tests grid grid-engine memcheck; then, on the same warm machine
-#     carrying only .dev/smollm2_kv.pt (QFN_QSA_TRITON_DIR=the unpacked folder): pytest -k smollm2 (kept as
-#     int8_unit_test-smollm2-h200.log), store-bench accuracy ncu-grid; then candidate (NAME=nogate, the edit in
-#     evidence/kernels/qsa-int8-candidate-nogate.diff, BF16=1, CONTEXTS=4096,32768,131072 ROWS="decode 1x5,decode
-#     64x5,decode 256x5,prefill 512,prefill 2048") host-cost. The uniform report redone on a CPU machine with
-#     --ncu qsa-grid-ncu-h200.json --baseline triton36/qsa-grid-h200.json (3.6.0's files: evidence/kernels/triton36/);
-#     then store-sweep store-bench (the bench kept as qsa-int8-store-call154-h200.*)
-#   2026-12-03 (session 36), under QFN_QSA_TRITON_ARCHIVE: prepare-write (the fused write the engine runs), then
-#     ncu-prefill ncu-selection (3.6.0's files moved to evidence/kernels/triton36/; the uniform report redone on a CPU
-#     machine with --ncu qsa-grid-ncu-h200.json qsa-grid-ncu-prefill-h200.json --baseline triton36/qsa-grid-h200.json)
-#   Earlier evidence (kernel before issue 13; files named in evidence/kernels/README.md):
-#   benchmarks/kernel_evidence.sh PATCHED UPSTREAM OUT memcheck mutation sweep layouts trims store ncu
-#
+# The current kernel evidence comes from, under QFN_QSA_TRITON_ARCHIVE:
+#   grid-sweep tests grid grid-engine memcheck store-bench accuracy prepare-write ncu-grid ncu-prefill ncu-selection
 # sweep and grid-sweep rewrite _SM90_INT8_TABLE in PATCHED (benchmarks/qsa_int8_table.py); run
 # `builder patches refresh --from PATCHED` afterwards to carry it into the diff.
 # Afterwards, on any machine: python benchmarks/qsa_grid_report.py --grid OUT/qsa-grid-h200.json --out OUT \
-#   --ncu OUT/qsa-grid-ncu-h200.json [OUT/qsa-grid-ncu-prefill-h200.json] [--baseline OLD.json]   # session 28: OLD = git show 77755c7:evidence/kernels/qsa-grid-h200.json
-#   (session 31: OLD = git show 143dcb5:evidence/kernels/qsa-grid-h200.json)
+#   --ncu OUT/qsa-grid-ncu-h200.json [OUT/qsa-grid-ncu-prefill-h200.json] [--baseline OLD.json]
 set -euo pipefail
 E=$1 U=$2 OUT=$3
 shift 3
@@ -200,15 +142,6 @@ PY
         --out "$OUT" --pool-tokens 262144 --case "production 8x256 contiguous,prefill 1x2048 ctx32K,decode-mtp 64x5 ctx4K contiguous" \
         > "$OUT/qsa-int8-deferred-bias-pool256K-h200.txt" 2>&1
       mv "$OUT/qsa-int8-fix-speed-pool256K-h200.json" "$OUT/qsa-int8-deferred-bias-pool256K-h200.json" ;;
-    candidate)
-      # A candidate kernel tree (QFN_QSA_CANDIDATE_TREE, named QFN_QSA_CANDIDATE_NAME) against the shipped
-      # kernel at grid points (QFN_QSA_CANDIDATE_CONTEXTS / _ROWS / _WIDTHS / _HEADS: qsa_grid's filters,
-      # empty = all), fp8 alongside, and bf16 with QFN_QSA_CANDIDATE_BF16=1.
-      python benchmarks/int8_variants/candidate.py --engine "$E" --upstream "$U" --out "$OUT" \
-        --candidate "$QFN_QSA_CANDIDATE_TREE" --name "$QFN_QSA_CANDIDATE_NAME" ${QFN_QSA_CANDIDATE_BF16:+--bf16} \
-        --contexts "${QFN_QSA_CANDIDATE_CONTEXTS:-32768,131072}" --rows "${QFN_QSA_CANDIDATE_ROWS:-decode 64x5,decode 256x5,prefill 2048}" \
-        --widths "${QFN_QSA_CANDIDATE_WIDTHS:-}" --heads "${QFN_QSA_CANDIDATE_HEADS:-}" \
-        > "$OUT/qsa-int8-candidate-$QFN_QSA_CANDIDATE_NAME-h200.txt" 2>&1 ;;
     emulation)  # CPU only
       python benchmarks/qsa_int8_mma_emulation.py > "$OUT/qsa-int8-mma-emulation.txt" ;;
     store-bench)
@@ -216,21 +149,9 @@ PY
     prepare-write)
       # The write the engine runs: qsa_prepare's one launch with a bf16, fp8 and int8 main cache.
       python benchmarks/qsa_prepare_write_bench.py --engine "$E" --out "$OUT" > "$OUT/qsa-int8-prepare-write-h200.txt" 2>&1 ;;
-    store-floor)
-      # The write against kernels doing one step less each (copy kernel, empty, loads+stores, +absmax, +divides),
-      # and fastdiv: the shipped bytes without div_rn (byte-compared; benchmarks/int8_variants/store_divide.py).
-      python benchmarks/int8_variants/store_floor.py --engine "$E" --out "$OUT" > "$OUT/qsa-int8-store-floor-h200.txt" 2>&1 ;;
     store-sweep)
       # Every (tokens per program, warps) at every write size: where _store_int8_launch comes from.
       python benchmarks/qsa_store_bench.py --engine "$E" --out "$OUT" --sweep --reps 10 > "$OUT/qsa-int8-store-sweep-h200.txt" 2>&1 ;;
-    occupancy)
-      # Launch options for more warps per SM (one pipeline stage, register caps) against the shipped launch.
-      python benchmarks/int8_variants/occupancy.py --engine "$E" --upstream "$U" --out "$OUT" --reps 10 \
-        > "$OUT/qsa-int8-occupancy-h200.txt" 2>&1 ;;
-    paired-scales)
-      # The shipped paired scale tail against the split tail it replaced (outputs must match bit for bit).
-      python benchmarks/int8_variants/paired_scales.py --engine "$E" --upstream "$U" --out "$OUT" \
-        > "$OUT/qsa-int8-paired-scales-h200.txt" 2>&1 ;;
     ncu-grid)
       # Counters at representative grid misses (and one met point).
       points="ctx32K decode 64x5 w2051 24/2;ctx128K decode 64x5 w4099 24/2;ctx128K decode 256x5 w4099 12/1;ctx128K decode 64x5 w1024 24/2"
@@ -248,12 +169,6 @@ PY
       for selection in uniform engine; do
         ncu_points "ncu-selection-$selection-h200.txt" "qsa-grid-ncu-selection-$selection-h200.json" "$points" "$selection"
       done ;;
-    host-cost)
-      # QFN_QSA_BEFORE_TREE (optional): another patched tree, timed beside as "int8 before" (attention and write).
-      filters=(--contexts 4096 --rows "decode 1x5,decode 8x5,decode 64x5,prefill 512" --widths "1024,2051,4099")
-      compile_shards "${filters[@]}"
-      python benchmarks/int8_variants/host_cost.py --engine "$E" --upstream "$U" --out "$OUT" "${filters[@]}" --top 40 \
-        ${QFN_QSA_BEFORE_TREE:+--before "$QFN_QSA_BEFORE_TREE"} > "$OUT/qsa-int8-host-cost-h200.txt" 2>&1 ;;
     memcheck)
       compute-sanitizer --tool memcheck python -m pytest -p no:cacheprovider bundle/patches/int8_unit_test.py \
         -k "memcheck or quantize_on_write" -s > "$OUT/int8_unit_test-memcheck-h200.log" 2>&1
@@ -284,12 +199,6 @@ PY
       mv "$OUT/qsa-int8-table.json" "$OUT/qsa-int8-table-h200.json" ;;
     layouts)
       python benchmarks/qsa_kv_layouts.py --engine "$E" --upstream "$U" --out "$OUT" --reps 30 > "$OUT/qsa-layouts-h200.txt" 2>&1 ;;
-    trims)
-      python benchmarks/int8_variants/attention.py --engine "$E" --upstream "$U" --out "$OUT/trims" --grid trims \
-        --cases seed,production-prefill,decode-mtp --jobs 15 > "$OUT/qsa-int8-trims-h200.txt" 2>&1
-      mv "$OUT/trims/exp.json" "$OUT/qsa-int8-trims-h200.json" ;;
-    store)
-      python benchmarks/int8_variants/store.py "$E" heads "$OUT/qsa-int8-store-heads-h200.json" > "$OUT/qsa-int8-store-heads-h200.txt" 2>&1 ;;
     ncu)
       sections=(--section SpeedOfLight --section WarpStateStats --section LaunchStats --section Occupancy --section MemoryWorkloadAnalysis)
       for arm in int8 fp8; do

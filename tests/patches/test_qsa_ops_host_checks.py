@@ -40,7 +40,7 @@ def test_int8_scale_tensors_of_the_wrong_shape_are_refused(ops):
         _call(ops, head_dim=256, scale_heads=1)
 
 
-def test_int8_table_entries_cover_every_arch_table_and_restore_the_dispatch(ops, bundle_helpers):
+def test_int8_table_entries_cover_every_arch_table_and_restore_the_dispatch(ops):
     from qsa_cases import int8_entries_and_one_split, int8_table_entries
 
     saved = ops._is_sm90, ops._is_sm120
@@ -62,7 +62,7 @@ def test_int8_table_entries_cover_every_arch_table_and_restore_the_dispatch(ops,
     assert all(archs.count("one split") <= 1 for archs in with_one.values())
 
 
-def test_forced_int8_config_forces_then_restores(ops, bundle_helpers):
+def test_forced_int8_config_forces_then_restores(ops):
     from qsa_cases import forced_int8_config
 
     select = ops._select_config
@@ -72,7 +72,7 @@ def test_forced_int8_config_forces_then_restores(ops, bundle_helpers):
     assert ops._select_config is select
 
 
-def test_causal_windows(bundle_helpers):
+def test_causal_windows():
     from qsa_cases import causal_windows
 
     out = causal_windows(torch.tensor([0, 3, 10]), 4)
@@ -98,9 +98,9 @@ def test_store_launch_is_within_5_percent_of_the_best_the_h200_sweep_measured(op
     assert worst(lambda tokens, heads: (4, 4)) > 1.15
 
 
-def test_both_scale_layouts_sit_in_the_page_tail_and_pass_the_host_checks(ops, bundle_helpers):
-    """The shipped paired tail and the split one benchmarks/int8_variants/paired_scales.py times it
-    against (all K scales, then all V) cover the same tail bytes; the wrapper takes either."""
+def test_both_scale_layouts_sit_in_the_page_tail_and_pass_the_host_checks(ops):
+    """The shipped paired tail and the split one (all K scales, then all V) cover the same tail
+    bytes; the wrapper takes either."""
     from qsa_cases import int8_kv_cache
     from qsa_loader import load_ops_module
 
@@ -120,7 +120,7 @@ def test_both_scale_layouts_sit_in_the_page_tail_and_pass_the_host_checks(ops, b
         _check_host_accepts(ops, key, value, ks, vs, blocks)
 
 
-def test_only_the_paired_tail_takes_the_one_load_scale_path(ops, bundle_helpers, monkeypatch):
+def test_only_the_paired_tail_takes_the_one_load_scale_path(ops, monkeypatch):
     """PAIRED_SCALES (one 8-byte load per token's scale pair) for the engine's carve; the split
     tail, and K and V scales that are one tensor, take the two-load path."""
     from qsa_cases import int8_kv_cache
@@ -215,7 +215,7 @@ def _comparable(arg):
     return arg
 
 
-def test_the_int8_path_launches_the_bf16_paths_contract_argument_for_argument(ops, bundle_helpers, monkeypatch):
+def test_the_int8_path_launches_the_bf16_paths_contract_argument_for_argument(ops, monkeypatch):
     """The int8 path reads each tensor's metadata once (host cost) instead of going through the
     general wrapper. Whatever the bf16 path passes the split-K and merge kernels for the same Q,
     indices, table, output and gate, the int8 path must pass too, except the caches and their
@@ -270,7 +270,7 @@ def test_the_int8_path_launches_the_bf16_paths_contract_argument_for_argument(op
     assert [a.data_ptr() for a in int8_merge[2][:2]] == [a.data_ptr() for a in int8_args[6:8]]
 
 
-def test_the_int8_path_refuses_what_the_general_path_refuses(ops, bundle_helpers, monkeypatch):
+def test_the_int8_path_refuses_what_the_general_path_refuses(ops, monkeypatch):
     """Every shape refusal of the bf16/fp8 path holds for int8 too, with the same message."""
     _record_launches(ops, monkeypatch)
     rows, q_heads, dim, page, blocks, width = 4, 24, 256, 16, 8, 32
