@@ -16,6 +16,7 @@ import tomllib
 
 from builder.config import parse_config
 from builder.constants import ENV_MEASURE_URL, REPO_ROOT, TARGETS_DIR
+from tests.shadowing import describe, shadowed
 
 BASE_REF = "127.0.0.1:5000/qfn-base:bookworm"
 FAKE_DIGEST = "sha256:" + "ab" * 32
@@ -202,3 +203,39 @@ def patched_tree(engine_src: Path, tmp_path_factory) -> Path:
     copy_series_sources(engine_src, root)
     apply_series(target=root, patches_dir=PATCHES_DIR)
     return root
+
+
+# --- nothing put on sys.path may shadow an installed distribution ---
+# Checked after every test, so the test that put the folder there is the one that fails. The
+# interpreter's own folders (stdlib, the venv's site-packages) are where installed packages live.
+_INTERPRETER_DIRS = tuple({Path(sys.prefix).resolve(), Path(sys.base_prefix).resolve()})
+_SYS_PATH_CHECKED: set[str] = set()
+
+
+def _is_interpreter_dir(entry: str) -> bool:
+    return bool(entry) and any(Path(entry).resolve().is_relative_to(d) for d in _INTERPRETER_DIRS)
+
+
+@pytest.fixture(autouse=True)
+def _no_folder_on_sys_path_shadows_an_installed_distribution():
+    yield
+    problems = []
+    for entry in list(sys.path):
+        if entry in _SYS_PATH_CHECKED or _is_interpreter_dir(entry):
+            continue
+        _SYS_PATH_CHECKED.add(entry)
+        if names := shadowed(Path(entry or ".")):
+            problems.append(describe(Path(entry or "."), names))
+    if problems:
+        pytest.fail("a folder on sys.path shadows installed packages for every later import: " + "; ".join(problems)
+                    + ". Import the module by its package name instead of putting its folder on sys.path.")
+
+
+_DOCKER_FIXTURES = {"docker_client", "base_image", "cpu_smoke_target", "cpu_smoke_image", "cpu_smoke_url"}
+
+
+def pytest_collection_modifyitems(items):
+    """A test that takes a docker fixture needs the daemon, marked or not (`make test-fast` skips them)."""
+    for item in items:
+        if _DOCKER_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.docker)

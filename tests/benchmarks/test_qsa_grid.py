@@ -3,16 +3,13 @@ engine-selected point passes on the GPU before it is timed."""
 
 from __future__ import annotations
 
-import sys
 
 import pytest
 import torch
 
-from builder.constants import REPO_ROOT
 
-sys.path.insert(0, str(REPO_ROOT / "benchmarks"))
-import qsa_grid  # noqa: E402
-from qsa_grid import COMPRESS_RATIO as R  # noqa: E402
+from benchmarks import qsa_grid
+from benchmarks.qsa_grid import COMPRESS_RATIO as R
 
 
 def point(context=64, requests=3, rows_per_request=5, width=2051, prefill=False):

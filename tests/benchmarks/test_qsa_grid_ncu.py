@@ -10,9 +10,7 @@ import pytest
 
 from builder.constants import REPO_ROOT
 
-sys.path.insert(0, str(REPO_ROOT / "benchmarks"))
-import qsa_grid_ncu  # noqa: E402
-import qsa_grid_report  # noqa: E402
+from benchmarks import qsa_grid_ncu, qsa_grid_report
 
 KERNELS = REPO_ROOT / "evidence/kernels"
 

@@ -4,12 +4,10 @@ from __future__ import annotations
 
 import copy
 import json
-import sys
 
 from builder.constants import REPO_ROOT
 
-sys.path.insert(0, str(REPO_ROOT / "benchmarks"))
-import qsa_grid_report  # noqa: E402
+from benchmarks import qsa_grid_report
 
 GRID = json.loads((REPO_ROOT / "evidence/kernels/qsa-grid-h200.json").read_text())
 

@@ -8,8 +8,7 @@ import sys
 
 from builder.constants import REPO_ROOT
 
-sys.path.insert(0, str(REPO_ROOT / "benchmarks"))
-import qsa_int8_table  # noqa: E402
+from benchmarks import qsa_int8_table
 
 A, B = (128, 32, 4), (64, 64, 2)
 SOURCE = "x = 1\n_SM90_INT8_TABLE = (\n    (24, None, (128, 32, 4)),\n    (None, None, (64, 1, 2)),\n)\ny = 2\n"

@@ -15,8 +15,6 @@ import torch
 from builder.constants import REPO_ROOT
 from tests.benchmarks.conftest import load_script
 
-sys.path.insert(0, str(REPO_ROOT / "bundle" / "patches"))
-
 bench = load_script("benchmarks/qsa_prepare_write_bench.py", "qsa_prepare_write_bench")
 
 # Run in a child: TRITON_INTERPRET must be set before triton is imported. The interpreter
@@ -25,7 +23,6 @@ bench = load_script("benchmarks/qsa_prepare_write_bench.py", "qsa_prepare_write_
 _ARMS_ON_CPU = r"""
 import json, sys, torch
 from pathlib import Path
-sys.path[:0] = [sys.argv[2] + "/benchmarks", sys.argv[2] + "/bundle/patches"]
 import qsa_prepare_write_bench as b
 from qsa_loader import load_ops_module, load_qsa_ops
 load_qsa_ops(Path(sys.argv[1]))
@@ -54,9 +51,11 @@ print(json.dumps(out))
 
 @pytest.fixture(scope="module")
 def cpu_arms(patched_tree):
-    env = {**os.environ, "TRITON_INTERPRET": "1"}
+    # The child imports the bench and the patch helpers as the GPU host runs them: by folder.
+    folders = f"{REPO_ROOT / 'benchmarks'}:{REPO_ROOT / 'bundle' / 'patches'}"
+    env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": folders}
     done = subprocess.run(
-        [sys.executable, "-c", _ARMS_ON_CPU, str(patched_tree), str(REPO_ROOT)],
+        [sys.executable, "-c", _ARMS_ON_CPU, str(patched_tree)],
         capture_output=True, text=True, env=env, timeout=600,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]

@@ -11,15 +11,10 @@ damage (a flipped byte, a truncation: detected and rebuilt), a rewritten checkpo
 from __future__ import annotations
 
 import shutil
-import sys
 
 import pytest
 
-from builder.constants import REPO_ROOT
-
-sys.path.insert(0, str(REPO_ROOT / "benchmarks" / "ple_mmap"))
-
-import cpu_proof  # noqa: E402
+from benchmarks.ple_mmap import cpu_proof
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 

@@ -22,7 +22,7 @@ def layout(patched_tree):
     return module
 
 
-def test_round_half_away_is_exact(bundle_helpers):
+def test_round_half_away_is_exact():
     from qsa_reference import round_half_away
 
     x = torch.tensor([0.5, -0.5, 1.5, -2.5, 0.49999997, -0.49999997, 2.4999998, 126.5, -127.5, 0.0])
@@ -32,7 +32,7 @@ def test_round_half_away_is_exact(bundle_helpers):
     assert torch.trunc(torch.tensor(0.49999997) + 0.5) == 1.0
 
 
-def test_quantize_int8_convention(bundle_helpers):
+def test_quantize_int8_convention():
     from qsa_reference import quantize_int8_per_row
 
     rows = torch.zeros(4, 8)
@@ -75,7 +75,7 @@ def _brute_force(q, k, v, idx, table, t2r, gate):
     return out
 
 
-def test_sparse_attention_reference_matches_brute_force(bundle_helpers):
+def test_sparse_attention_reference_matches_brute_force():
     from qsa_reference import qsa_sparse_attention_reference
 
     gen = torch.Generator().manual_seed(0)

@@ -1,17 +1,8 @@
-"""The engine harness lives in benchmarks/engine (not the builder package): put the repo root on
-sys.path so `benchmarks.engine` imports however pytest is started."""
+"""Fixtures of the engine harness tests: the engine sources and a recording HTTP server."""
 
 from __future__ import annotations
 
-import sys
-
-from builder.constants import REPO_ROOT
-
-if str(REPO_ROOT) not in sys.path:
-    sys.path.insert(0, str(REPO_ROOT))
-
-
-import pytest  # noqa: E402
+import pytest
 
 
 @pytest.fixture(scope="session")

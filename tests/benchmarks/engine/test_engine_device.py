@@ -153,10 +153,10 @@ def test_the_servers_can_import_every_module_the_launch_plan_names(tmp_path):
     assert modules, "the h200 launch names its middleware"
     # The driver as copied to the device, asked for the environment it gives each server.
     env_json = subprocess.run(
-        [sys.executable, "-c", "import json, sys; from pathlib import Path; sys.path.insert(0, sys.argv[1]);"
-         " import device; print(json.dumps(device.python_env(Path(sys.argv[2]))['PYTHONPATH']))",
-         str(run / "benchmarks" / "engine"), str(tmp_path / "state")],
-        capture_output=True, text=True, check=True, cwd=tmp_path).stdout
+        [sys.executable, "-c", "import json, sys; from pathlib import Path;"
+         " import device; print(json.dumps(device.python_env(Path(sys.argv[1]))['PYTHONPATH']))",
+         str(tmp_path / "state")],
+        capture_output=True, text=True, check=True, cwd=run / "benchmarks" / "engine").stdout
     env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": json.loads(env_json)}
     for mod in modules:
         r = subprocess.run([sys.executable, "-c", f"import {mod}"], env=env, cwd=tmp_path, capture_output=True, text=True)
@@ -253,9 +253,9 @@ def test_graphs_path_follows_the_cutlass_dsl_pth_file(tmp_path):
     pkg = site / "nvidia_cutlass_dsl" / "dsl_packages" / "cutlass"
     pkg.mkdir(parents=True)
     (pkg / "__init__.py").write_text("")
-    # The wheel's own line (nvidia_cutlass_dsl-4.8.0, nvidia_cutlass_dsl_packages.pth).
-    (site / "nvidia_cutlass_dsl_packages.pth").write_text(
-        "import sys, os, nvidia_cutlass_dsl; sys.path.insert(0, os.path.join(nvidia_cutlass_dsl.__path__[0], 'dsl_packages'))\n")
+    # The wheel's .pth (nvidia_cutlass_dsl_packages.pth) adds dsl_packages through an import line; a
+    # path line is processed by the same site machinery, and no more by a PYTHONPATH entry.
+    (site / "nvidia_cutlass_dsl_packages.pth").write_text(f"{pkg.parent}\n")
     probe = [sys.executable, "-c", "import cutlass"]
     env = device.python_env(tmp_path, graphs=True)
     assert subprocess.run(probe, env=env, capture_output=True).returncode == 0

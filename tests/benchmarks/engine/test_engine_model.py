@@ -305,16 +305,12 @@ def test_ple_checkpoint_has_the_names_shapes_and_dtypes_vllm_loads(generated, vl
 def ple_mmap(patched_tree):
     """The patch's common/ple_mmap.py (numpy/torch storage layer), imported by bundle/patches/ple_loader.py
     with the standard logger for vllm.logger; sys.modules is restored afterwards."""
-    from builder.constants import PATCHES_DIR
-
     saved = {k: v for k, v in sys.modules.items() if k == "vllm" or k.startswith("vllm.")}
-    sys.path.insert(0, str(PATCHES_DIR))
     try:
         import ple_loader
 
         yield ple_loader.load_ple_mmap(patched_tree)
     finally:
-        sys.path.remove(str(PATCHES_DIR))
         for name in [k for k in sys.modules if k == "vllm" or k.startswith("vllm.")]:
             del sys.modules[name]
         sys.modules.update(saved)
