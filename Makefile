@@ -5,12 +5,17 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: bundle test test-gpu-image checksums clean image serve stop base-image patches-check base-lock lint
+.PHONY: bundle test test-fast lock lock-check venv test-gpu-image checksums clean image serve stop base-image patches-check base-lock lint
 
-$(STAMP): pyproject.toml
-	$(PY) -m venv $(VENV)
-	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e '.[test,models]'
+# The venv is the host lock, exactly: every distribution pinned with its hashes (pip refuses any
+# other file), the builder itself installed editable on top without resolving anything. pip's
+# install report keeps the hash of every file it took, so the tests can hold the venv to the lock.
+# The lock changes only through `make lock`, so a new PyPI release changes nothing here by itself.
+LOCK ?= requirements/host.lock
+$(STAMP): $(LOCK) pyproject.toml
+	$(PY) -m venv --clear $(VENV)
+	$(BIN)/pip install -q --require-hashes --no-deps --report $(VENV)/install-report.json -r $(LOCK)
+	$(BIN)/pip install -q --no-deps --no-build-isolation -e .
 	touch $@
 
 venv: $(STAMP)
@@ -21,9 +26,48 @@ test: $(STAMP)
 	bash scripts/host-setup.sh
 	$(BIN)/python -m pytest -q -m "not gpu_image"
 
+# No docker daemon, no image builds, no served model: the quick loop while editing.
+FAST_MARKERS ?= not docker and not slow and not gpu_image and not engine_lint
+test-fast: $(STAMP)
+	bash scripts/host-setup.sh --no-docker
+	$(BIN)/python -m pytest -q -m "$(FAST_MARKERS)"
+
 test-gpu-image: $(STAMP)
 	bash scripts/host-setup.sh --emulation
 	$(BIN)/python -m pytest -q -m gpu_image
+
+# --- the host lock (requirements/host.lock) ---
+# Resolved for the CI machine's platform and Python; torch's CPU build comes from the find-links pip
+# is configured with (override: make lock FIND_LINKS=DIR). uv only resolves; pip installs.
+UV_VERSION := 0.13.9
+LOCK_TOOLS := .cache/lock-tools
+LOCK_PYTHON ?= 3.11
+LOCK_PLATFORM ?= x86_64-manylinux_2_28
+FIND_LINKS ?= $(shell $(PY) -m pip config get global.find-links 2>/dev/null)
+UV_COMPILE = $(LOCK_TOOLS)/bin/uv pip compile pyproject.toml requirements/build.in --extra test --extra models \
+	--python-version $(LOCK_PYTHON) --python-platform $(LOCK_PLATFORM) $(addprefix --find-links ,$(FIND_LINKS)) \
+	--no-emit-find-links --quiet
+
+$(LOCK_TOOLS)/bin/uv:
+	$(PY) -m venv --clear $(LOCK_TOOLS)
+	$(LOCK_TOOLS)/bin/pip install -q uv==$(UV_VERSION)
+
+# Re-resolve on purpose: the newest versions the ranges of pyproject.toml allow, with hashes.
+lock: $(LOCK_TOOLS)/bin/uv
+	$(UV_COMPILE) --upgrade --generate-hashes --custom-compile-command "make lock" -o $(LOCK)
+
+# Drift seen early: the newest versions the ranges allow, in a scratch venv, against test-fast.
+# Prints what differs from the lock; exits non-zero when the fast tests fail there.
+CHECK_VENV := .cache/lock-check
+lock-check: $(LOCK_TOOLS)/bin/uv
+	mkdir -p $(CHECK_VENV)
+	$(UV_COMPILE) --upgrade --no-header -o $(CHECK_VENV)/newest.txt
+	$(PY) scripts/lock-diff.py $(LOCK) $(CHECK_VENV)/newest.txt
+	$(PY) -m venv --clear $(CHECK_VENV)/venv
+	$(CHECK_VENV)/venv/bin/pip install -q --no-deps -r $(CHECK_VENV)/newest.txt
+	$(CHECK_VENV)/venv/bin/pip install -q --no-deps --no-build-isolation -e .
+	touch $(CHECK_VENV)/venv/.installed
+	$(MAKE) test-fast VENV=$(CHECK_VENV)/venv FAST_MARKERS="$(FAST_MARKERS) and not host_lock"
 
 clean:
 	rm -rf $(VENV) dist

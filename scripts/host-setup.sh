@@ -2,20 +2,26 @@
 # Installs the host tools the tests use (Debian packages) when missing, and starts dockerd.
 # Safe to rerun; it changes nothing when everything is already there.
 # --emulation also sets up QEMU user emulation (qemu-user-static + binfmt_misc), which the arm64
-# (gb10) base and image builds need on an x86_64 host.
+# (gb10) base and image builds need on an x86_64 host. --no-docker installs only what the tests
+# without a daemon use (make test-fast), and starts nothing.
 set -euo pipefail
 
-emulation=0
-if [ "${1:-}" = --emulation ]; then emulation=1; fi
+emulation=0 docker=1
+case "${1:-}" in
+  --emulation) emulation=1 ;;
+  --no-docker) docker=0 ;;
+esac
 
 need=()
 command -v shellcheck >/dev/null || need+=(shellcheck)
-command -v dockerd >/dev/null || need+=(docker.io)
-command -v debootstrap >/dev/null || need+=(debootstrap)
 # strip: benchmarks/device_triton.py trims the Triton it packs for the GPU device (its test runs it).
 command -v strip >/dev/null || need+=(binutils)
-# `docker compose config` validates the bundles' compose.yaml (Debian ships compose as docker-compose).
-docker compose version >/dev/null 2>&1 || command -v docker-compose >/dev/null || need+=(docker-compose)
+if ((docker)); then
+  command -v dockerd >/dev/null || need+=(docker.io)
+  command -v debootstrap >/dev/null || need+=(debootstrap)
+  # `docker compose config` validates the bundles' compose.yaml (Debian ships compose as docker-compose).
+  docker compose version >/dev/null 2>&1 || command -v docker-compose >/dev/null || need+=(docker-compose)
+fi
 if ((emulation)); then
   command -v qemu-aarch64-static >/dev/null || need+=(qemu-user-static)
   command -v update-binfmts >/dev/null || need+=(binfmt-support)
@@ -30,7 +36,7 @@ if ((${#need[@]})); then
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null
 fi
 
-if ! docker info >/dev/null 2>&1; then
+if ((docker)) && ! docker info >/dev/null 2>&1; then
   if [ "$(id -u)" != 0 ]; then
     echo "host-setup: the docker daemon is not running; start it (sudo dockerd &)" >&2
     exit 1
