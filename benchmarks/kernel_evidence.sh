@@ -8,12 +8,12 @@
 #   QFN_QSA_TRITON_ARCHIVE: run every step under the images' Triton (benchmarks/device_triton.py packs the
 #     engine lock's pin), not the machine's own; unpacked once per archive into /tmp/qfn-triton-<sha256>
 #     (a later run on the same machine finds it there: QFN_QSA_TRITON_DIR=that folder, no archive)
-#   QFN_QSA_OLD_TREE: for mutation-window and fix-speed, a tree with the int8 kernel that carried the V bias
+#   QFN_QSA_OLD_TREE: for mutation-window, a tree with the int8 kernel that carried the V bias
 #     across a whole split (the series of commit ed7f111 applied: git show ed7f111:bundle/patches/qsa-int8.diff)
 #
 # The current kernel evidence comes from, under QFN_QSA_TRITON_ARCHIVE:
 #   grid-sweep tests grid grid-engine memcheck store-bench accuracy prepare-write ncu-grid ncu-prefill ncu-selection
-# sweep and grid-sweep rewrite _SM90_INT8_TABLE in PATCHED (benchmarks/qsa_int8_table.py); run
+# grid-sweep rewrites _SM90_INT8_TABLE in PATCHED (benchmarks/qsa_int8_table.py); run
 # `builder patches refresh --from PATCHED` afterwards to carry it into the diff.
 # Afterwards, on any machine: python benchmarks/qsa_grid_report.py --grid OUT/qsa-grid-h200.json --out OUT \
 #   --ncu OUT/qsa-grid-ncu-h200.json [OUT/qsa-grid-ncu-prefill-h200.json] [--baseline OLD.json]
@@ -39,7 +39,6 @@ python -c "import torch, triton; print('torch', torch.__version__, 'triton', tri
 export QFN_QSA_PATCHED_TREE=$E QFN_QSA_UPSTREAM_TREE=$U PYTHONUNBUFFERED=1
 export QFN_QSA_SMOLLM2_KV=${QFN_QSA_SMOLLM2_KV:-.dev/smollm2_kv.pt}
 QSA_OPS=vllm/models/qwen4_exp/nvidia/ops/qsa.py
-SWEEP_CASES=seed,production-prefill,decode-mtp,tp2-prefill,tp2-decode-mtp,long-context-decode,decode-mtp-2req,decode-mtp-3req,decode-mtp-6req,decode-mtp-16req
 SHARDS=13
 
 ncu_points() {  # ncu_points TXT JSON "POINT;POINT" [SELECTION]: fp8 and int8 counters, one cold launch each, and their table
@@ -122,28 +121,6 @@ PY
         python benchmarks/qsa_grid_report.py --grid "$OUT/qsa-grid-$selection-h200.json" --out "$OUT" \
           --baseline "$OUT/qsa-grid-h200.json" > /dev/null
       done ;;
-    fix-speed)
-      # Old (QFN_QSA_OLD_TREE) and new int8 kernel side by side; compile each case in parallel first.
-      for c in "production 8x256 interleaved" "production 8x256 contiguous" "prefill 1x2048 ctx32K" \
-          "decode-mtp 64x5 ctx4K interleaved" "decode-mtp 64x5 ctx4K contiguous"; do
-        python benchmarks/qsa_int8_fix_speed.py --engine "$E" --old "$QFN_QSA_OLD_TREE" --upstream "$U" --out "$(mktemp -d)" \
-          --case "$c" --warm-only > /dev/null 2>&1 &
-      done
-      wait
-      python benchmarks/qsa_int8_fix_speed.py --engine "$E" --old "$QFN_QSA_OLD_TREE" --upstream "$U" --out "$OUT" \
-        > "$OUT/qsa-int8-fix-speed-h200.txt" 2>&1
-      # The same with every case's pages in a 256K-token pool, as the earlier layouts benchmark had.
-      python benchmarks/qsa_int8_fix_speed.py --engine "$E" --old "$QFN_QSA_OLD_TREE" --upstream "$U" --out "$OUT" \
-        --pool-tokens 262144 > "$OUT/qsa-int8-fix-speed-pool256K-h200.txt" 2>&1 ;;
-    deferred-bias)
-      # A candidate kernel tree (QFN_QSA_VARIANT_TREE: the shipped qsa.py with each tile's bias
-      # subtracted at the next tile's rescale) against before / after, 256K-token pool.
-      python benchmarks/qsa_int8_fix_speed.py --engine "$E" --old "$QFN_QSA_OLD_TREE" --upstream "$U" --variant "$QFN_QSA_VARIANT_TREE" \
-        --out "$OUT" --pool-tokens 262144 --case "production 8x256 contiguous,prefill 1x2048 ctx32K,decode-mtp 64x5 ctx4K contiguous" \
-        > "$OUT/qsa-int8-deferred-bias-pool256K-h200.txt" 2>&1
-      mv "$OUT/qsa-int8-fix-speed-pool256K-h200.json" "$OUT/qsa-int8-deferred-bias-pool256K-h200.json" ;;
-    emulation)  # CPU only
-      python benchmarks/qsa_int8_mma_emulation.py > "$OUT/qsa-int8-mma-emulation.txt" ;;
     store-bench)
       python benchmarks/qsa_store_bench.py --engine "$E" --out "$OUT" > "$OUT/qsa-int8-store-h200.txt" 2>&1 ;;
     prepare-write)
@@ -187,30 +164,6 @@ PY
         echo "mutation survived: the bias-fold test did not fail" >&2; exit 1
       fi
       rm -rf "$mutant" ;;
-    sweep)
-      for i in $(seq 0 12); do  # fill Triton's cache from 13 processes; compiling dominates a sweep
-        python benchmarks/qsa_kv_layouts.py --engine "$E" --upstream "$U" --out "$(mktemp -d)" --sweep --sweep-stages 2 \
-          --cases "$SWEEP_CASES" --compile-shard "$i/13" > /dev/null 2>&1 &
-      done
-      wait
-      python benchmarks/qsa_kv_layouts.py --engine "$E" --upstream "$U" --out "$OUT" --sweep --sweep-stages 2 \
-        --cases "$SWEEP_CASES" --reps 20 > "$OUT/qsa-int8-sweep-h200.txt" 2>&1
-      python benchmarks/qsa_int8_table.py --sweep "$OUT/qsa-int8-sweep-h200.json" --qsa "$E/$QSA_OPS" --out "$OUT"
-      mv "$OUT/qsa-int8-table.json" "$OUT/qsa-int8-table-h200.json" ;;
-    layouts)
-      python benchmarks/qsa_kv_layouts.py --engine "$E" --upstream "$U" --out "$OUT" --reps 30 > "$OUT/qsa-layouts-h200.txt" 2>&1 ;;
-    ncu)
-      sections=(--section SpeedOfLight --section WarpStateStats --section LaunchStats --section Occupancy --section MemoryWorkloadAnalysis)
-      for arm in int8 fp8; do
-        for c in production-prefill decode-mtp; do
-          ncu --clock-control none "${sections[@]}" -k regex:splitk_kernel -c 1 python benchmarks/qsa_kv_layouts.py \
-            --engine "$E" --upstream "$U" --out "$(mktemp -d)" --only-arm "$arm" --cases "$c" > "$OUT/ncu-$arm-$c.txt" 2>&1
-        done
-      done
-      for slots in scattered paged; do
-        ncu --clock-control none "${sections[@]}" -k regex:store_int8 -c 1 python benchmarks/kernel_store_once.py "$E" "$slots" \
-          > "$OUT/ncu-int8-store-$slots.txt" 2>&1
-      done ;;
     accuracy)
       python benchmarks/qsa_int8_accuracy.py --engine "$E" --smollm2 "$QFN_QSA_SMOLLM2_KV" --out "$OUT" > "$OUT/qsa-int8-accuracy.txt" 2>&1 ;;
     *) echo "unknown step $step" >&2; exit 2 ;;
