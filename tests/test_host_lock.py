@@ -144,3 +144,18 @@ def test_make_venv_refuses_a_file_whose_hash_is_not_in_the_lock(tmp_path):
     run, venv = _make_venv(tmp_path, f"qfn-tiny==1.0 --hash=sha256:{good}\n{backend}", wheels)
     assert run.returncode == 0, run.stderr[-3000:]
     assert (venv / ".installed").exists() and list(venv.glob("lib/python*/site-packages/qfn_tiny.py"))
+
+
+def test_lock_check_names_what_moved(tmp_path):
+    """scripts/lock-diff.py, which `make lock-check` runs on the lock and the newest resolution."""
+    locked, newest = tmp_path / "locked.txt", tmp_path / "newest.txt"
+    locked.write_text("Foo_Bar==1.0 \\\n    --hash=sha256:" + "a" * 64 + "\nkeep==2.0\ngone==1.0\n")
+    newest.write_text("foo-bar==1.1\nkeep==2.0\nnew-dep==0.3\n")
+    run = subprocess.run([sys.executable, str(REPO_ROOT / "scripts" / "lock-diff.py"), str(locked), str(newest)],
+                         capture_output=True, text=True, check=True)
+    rows = {line.split()[0]: line.split()[1:] for line in run.stdout.splitlines()[2:]}
+    assert "3 package(s) differ" in run.stdout
+    assert rows == {"foo-bar": ["1.0", "1.1"], "gone": ["1.0", "-"], "new-dep": ["-", "0.3"]}
+    same = subprocess.run([sys.executable, str(REPO_ROOT / "scripts" / "lock-diff.py"), str(locked), str(locked)],
+                          capture_output=True, text=True, check=True)
+    assert "are the ones" in same.stdout
