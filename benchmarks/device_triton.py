@@ -1,9 +1,9 @@
 """Pack the engine lock's Triton for the H200 device, whose own Triton (3.6.0) is not the images' (3.8.0).
 
-Every kernel number before session 34 was taken under the device's Triton, and the images'
-compiler spilled the int8 kernel where the device's did not (evidence/kernels/triton38/).
+A kernel number taken under the device's Triton does not hold for the images: the images'
+compiler spills the int8 kernel where the device's does not (evidence/kernels/triton38/).
 This packs the Triton version docker/locks pins, as the cp312 wheel the device's Python
-imports, trimmed to fit one call's 64 MiB carry beside the repository: no AMD backend, no
+imports, trimmed so that it and the repository fit the 64 MiB one run may send: no AMD backend, no
 profiler (proton, CUPTI), no Blackwell ptxas or disassemblers, no CUDA headers but cuda.h,
 libtriton stripped.
 `benchmarks/kernel_evidence.sh` unpacks it when QFN_QSA_TRITON_ARCHIVE names it.
@@ -30,7 +30,7 @@ from builder.hashing import sha256_file
 
 ROOT = Path(__file__).resolve().parents[1]
 LOCK = ROOT / "docker" / "locks" / "vllm-0.33.0-linux-amd64.txt"
-#: The device's Python (KINDS.md): the wheel must be built for it, not for the lock's 3.11.
+#: The H200 host's Python: the wheel must be built for it, not for the lock's 3.11.
 DEVICE_PYTHON = "3.12"
 DEVICE_ABI = "cp" + DEVICE_PYTHON.replace(".", "")
 PLATFORM = "manylinux_2_27_x86_64"
@@ -75,7 +75,7 @@ def lock_pin(lock: Path) -> str:
 
 
 def repo_bytes() -> int:
-    """Bytes of the repository's tracked files, which every device call carries beside the archive."""
+    """Bytes of the repository's tracked files, which travel to the GPU host beside the archive on every run."""
     listed = subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, check=True, capture_output=True).stdout
     return sum((ROOT / name).stat().st_size for name in listed.decode().split("\0") if name and (ROOT / name).is_file())
 

@@ -73,7 +73,7 @@ for step in "$@"; do
       fi ;;
     grid-sweep)
       compile_shards --sweep
-      # QFN_QSA_SELECTION: the rows the sweep tunes on (qsa_grid.py --selection; session 32 on: engine).
+      # QFN_QSA_SELECTION: the rows the sweep tunes on (qsa_grid.py --selection; engine unless set).
       python benchmarks/qsa_grid.py --engine "$E" --upstream "$U" --out "$OUT" --sweep --reps 10 \
         --selection "${QFN_QSA_SELECTION:-engine}" > "$OUT/qsa-int8-grid-sweep-h200.txt" 2>&1
       python benchmarks/qsa_int8_table.py --sweep "$OUT/qsa-int8-grid-sweep.json" --qsa "$E/$QSA_OPS" --out "$OUT" >> "$OUT/qsa-int8-grid-sweep-h200.txt"

@@ -2,6 +2,6 @@
 
 CPU side (here): `python -m benchmarks.engine prepare` assembles the carry (engine tree with the
 series applied, the two stable-ABI op libraries, locked runtime wheels, the tokenizer) in pieces
-that fit one device call. Device side: `device.py` lands the pieces, builds the model, serves it
+that fit one call to the GPU host. Device side: `device.py` lands the pieces, builds the model, serves it
 from the rendered launch plan and measures. See evidence/engine-h200/README.md.
 """

@@ -30,9 +30,9 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from benchmarks.engine.errors import EngineHarnessError
 from builder.atomic import replace_dir
 from builder.constants import ENGINE_UPSTREAM_VERSION
-from builder.errors import EngineHarnessError
 from builder.hashing import sha256_file
 
 #: The two compiled libraries the engine needs on the H200; they import only torch's stable C ABI.

@@ -114,7 +114,7 @@ async def query_scored(client: httpx.AsyncClient, url: str, model: str, prompt_i
         missing = set(ids) - set(got)
         if missing:
             raise RuntimeError(f"server returned no log-prob for {len(missing)} of the {len(ids)} sampled ids")
-        # vLLM adds the token it sampled when that is not among the asked ids (call 33): it differs
+        # vLLM adds the token it sampled when that is not among the asked ids: it differs
         # between servers, and the estimator needs the same ids on both sides.
         out.sampled_logprobs = {i: got[i] for i in ids}
     except _ERRORS as exc:

@@ -9,7 +9,7 @@ from pathlib import Path
 from packaging.utils import canonicalize_name, parse_wheel_filename
 from packaging.version import Version
 
-from builder.errors import EngineHarnessError
+from benchmarks.engine.errors import EngineHarnessError
 from builder.hashing import sha256_file
 from builder.image.lock import LockEntry, parse_entry
 
@@ -23,14 +23,14 @@ PLATFORMS = tuple(
 
 #: Distributions the device driver imports for its own checks, not found by the engine's import probe
 #: (the api_surface gate drives the server with the OpenAI client): the lock must close their
-#: requirements (call 55 lost that gate to openai's `jiter`).
+#: requirements (without openai's `jiter` the api_surface gate raises).
 DRIVER_DISTRIBUTIONS = ("openai",)
-#: What the H200 image already holds of those requirements (KINDS.md's package list).
+#: What the H200 host's own Python already holds of those requirements.
 DEVICE_IMAGE_HAS = frozenset({"anyio", "httpx", "httpcore", "h11", "idna", "certifi", "tqdm"})
 #: Packages a structured-output request needs before a backend is chosen, by import name: vLLM 0.33's
 #: SamplingParams._validate_structured_outputs imports every backend module, and those without
 #: `from __future__ import annotations` evaluate their lazily loaded package in an annotation at import
-#: (backend_lm_format_enforcer: call 69's json_mode got an empty HTTP 500 from that ModuleNotFoundError,
+#: (backend_lm_format_enforcer: json_mode gets an empty HTTP 500 from that ModuleNotFoundError,
 #: wrapped in EngineGenerateError). Import name -> distribution, with what that distribution requires.
 REQUEST_TIME_PACKAGES = {
     "lmformatenforcer": ("lm-format-enforcer", ("interegular",)),

@@ -26,8 +26,8 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from benchmarks.engine.errors import EngineHarnessError
 from builder.atomic import replace_dir
-from builder.errors import EngineHarnessError
 
 #: Tokens the qwen3 reasoning parser of the h200 launch looks up; SmolLM2's tokenizer lacks them.
 REASONING_TOKENS = ("<think>", "</think>")

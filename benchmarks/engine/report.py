@@ -58,7 +58,7 @@ def graph_samples(runs: list["Run"]) -> list[tuple[str, dict[tuple[int, int], di
 
 @dataclass(frozen=True)
 class Run:
-    """One `device.py measure` summary and the device call that wrote it."""
+    """One `device.py measure` summary and the number its run goes by (the N of evidence's callN-summary.json)."""
 
     call: str
     name: str
@@ -359,7 +359,7 @@ def _run_arg(value: str) -> Run:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--run", type=_run_arg, action="append", required=True, metavar="CALL=SUMMARY",
-                   help="a device.py measure summary and its device call; repeat, oldest first: the gates, the "
+                   help="a device.py measure summary and its run's number; repeat, oldest first: the gates, the "
                         "fidelity and the KV pools come from the last run that has them, every bench is shown")
     p.add_argument("--out", type=Path, required=True, help="folder for bench.md, bench.png, kv-pools.json and fidelity.json")
     args = p.parse_args(argv)

@@ -88,7 +88,7 @@ class EnginePoolCheck(BaseModel):
 
     model_config = ConfigDict(frozen=True)
 
-    run: str = Field(description="Which run, in words a reader can find (device call and summary file).")
+    run: str = Field(description="Which run, in words a reader can find (run number and summary file).")
     label: str = Field(description="What was served: never the real model's numbers.")
     kv_bytes: int = Field(gt=0, description="KV budget per server, the same for every arm.")
     arms: dict[str, EnginePool]
@@ -112,7 +112,7 @@ class EngineFidelityCheck(BaseModel):
 
     model_config = ConfigDict(frozen=True)
 
-    run: str = Field(description="Which run, in words a reader can find (device call and summary file).")
+    run: str = Field(description="Which run, in words a reader can find (run number and summary file).")
     label: str = Field(description="What was served: never the real model's numbers.")
     prompt_tokens: int = Field(gt=0)
     greedy_tokens: int = Field(gt=0)

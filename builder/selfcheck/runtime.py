@@ -63,7 +63,7 @@ def check_cutlass_dsl() -> str:
 
 def check_quack() -> str:
     """The same warm-up compiles vLLM's CuTe-DSL router GEMM, whose fake tensors come from quack
-    (quack-kernels): without it every server dies in warm-up (evidence/engine-h200, call 44)."""
+    (quack-kernels): without it every server dies in warm-up (evidence/engine-h200)."""
     return f"quack at {_package_dir('quack')}"
 
 

@@ -41,7 +41,7 @@ def test_a_profile_whose_launch_count_differs_is_refused(tmp_path, monkeypatch):
 
 
 def test_profiled_misses_are_named_from_counters_and_prefill_is_not_called_bytes():
-    # Triton 3.6.0's grid with its two profiles (session 33).
+    # Triton 3.6.0's grid with its two profiles (evidence/kernels/triton36/).
     old = KERNELS / "triton36"
     grid = json.loads((old / "qsa-grid-h200.json").read_text())
     profiled = qsa_grid_report.load_profiled([old / "qsa-grid-ncu-h200.json", old / "qsa-grid-ncu-prefill-h200.json"])
@@ -62,7 +62,7 @@ def test_profiled_misses_are_named_from_counters_and_prefill_is_not_called_bytes
 
 
 def test_the_current_grid_names_its_profiled_misses():
-    """Triton 3.8.0's grid and profiles (sessions 35 and 36): the same limiters, from these runs' counters."""
+    """Triton 3.8.0's grid and profiles (evidence/kernels/): the same limiters, from these runs' counters."""
     grid = json.loads((KERNELS / "qsa-grid-h200.json").read_text())
     profiled = qsa_grid_report.load_profiled([KERNELS / "qsa-grid-ncu-h200.json", KERNELS / "qsa-grid-ncu-prefill-h200.json"])
     lines = {line.split(":")[0].strip(): line for line in qsa_grid_report.summary(grid, profiled).splitlines()

@@ -8,7 +8,7 @@ import pytest
 
 from builder.measure._json_prefix import is_json_prefix
 
-#: The int8 arm's JSON-mode answer on the H200 (call 85, first 200 characters as the gate kept them).
+#: The int8 arm's JSON-mode answer on the H200, random weights (first 200 characters as the gate kept them).
 H200_ANSWER = '{"]["\n\n       \n\n       \n\n       \n\n       \n\n       \n\n       \n\n       \n\n       \n\n       \n\n       \n\n       \n       \r\n   \n\n       \n       \r\n     \r\n   \n\n       \n       \r\n   \n\n       \n       \r\n   \n\n       \n'
 
 

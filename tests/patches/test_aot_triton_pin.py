@@ -1,6 +1,6 @@
-"""The CPU AOT tests compile with the Triton the images run. Session 34 found the int8 kernel
-spilling 240-360 B per thread and moving V through shared memory under the engine lock's Triton
-3.8.0 while these tests, on a 3.6.0 pin, saw none of it."""
+"""The CPU AOT tests compile with the Triton the images run. Under the engine lock's Triton 3.8.0
+the int8 kernel spilled 240-360 B per thread and moved V through shared memory, while these tests,
+on a 3.6.0 pin, saw none of it."""
 
 from __future__ import annotations
 

@@ -106,8 +106,8 @@ def test_no_sm90_int8_tile_spills(patched_tree):
     assert {k: v for k, v in local.items() if k[1] >= 64 and v} == {}
 
 
-# The V decode as one inline asm with two results (even and odd dims), as shipped before
-# session 34: Triton 3.8 keeps only the first result in the dot operand layout and moves the
+# The V decode as one inline asm with two results (even and odd dims), the kernel's former
+# form: Triton 3.8 keeps only the first result in the dot operand layout and moves the
 # second through shared memory, and the one-warp tiles spill.
 _TWO_RESULT_DECODE = """
 @triton.jit

@@ -189,7 +189,7 @@ def test_api_surface_gate_passes_on_a_reasoning_server(built, pinned_target, fre
     """The release serves with vLLM's qwen3 reasoning parser. SmolLM2 never closes a thinking
     block, so every chat answer lands in `reasoning` with content empty, as a real reasoning
     model's short answers do: the gate must count that as an answer, and ask for JSON with
-    thinking off (on the H200 the gate failed chat, chat_stream_usage and json_mode for this, call 62)."""
+    thinking off (on the H200 the gate failed chat, chat_stream_usage and json_mode for this)."""
     import asyncio
 
     from builder.config import config_digest
@@ -221,7 +221,7 @@ def test_api_surface_gate_passes_on_a_reasoning_server(built, pinned_target, fre
 
 def test_json_mode_cut_at_max_tokens_passes_only_where_the_expectations_allow_a_prefix(cpu_smoke_url, pinned_target):
     """On the H200 the random-weight model's JSON-mode answer was `{"][" ` and blank lines until
-    max_tokens (call 85): the grammar held, the object never closed. SmolLM2 cut at 6 tokens is the
+    max_tokens: the grammar held, the object never closed. SmolLM2 cut at 6 tokens is the
     same shape of answer from a real server: the "prefix" rule passes it, "complete" fails it."""
     import asyncio
 

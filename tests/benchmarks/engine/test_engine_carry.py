@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from benchmarks.engine import carry, land
-from builder.errors import EngineHarnessError
+from benchmarks.engine.errors import EngineHarnessError
 
 FA_INIT = "vllm/vllm_flash_attn/__init__.py"
 HC = "vllm/models/qwen4_exp/nvidia/hyperconnection.py"

@@ -113,8 +113,8 @@ def _completion(body: dict, vocab: int = 64) -> dict:
 
 
 def test_scored_requests_start_after_every_greedy_one_ended_each_with_its_own_cache_salt(recording_server):
-    """vLLM 0.33.0 drops logprob_token_ids in any step holding a draft token (call 25: 97 of 100
-    prompts lost them): no greedy decode may overlap a scored request, and no scored prompt may
+    """vLLM 0.33.0 drops logprob_token_ids in any step holding a draft token (on the H200, eager, 97
+    of 100 prompts lost them): no greedy decode may overlap a scored request, and no scored prompt may
     come from the prefix cache (a cached prompt is admitted with placeholder drafts)."""
     import asyncio
 

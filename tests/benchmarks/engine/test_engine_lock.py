@@ -12,7 +12,7 @@ from packaging.utils import canonicalize_name
 from benchmarks.engine.lock import (
     DEVICE_IMAGE_HAS, DRIVER_DISTRIBUTIONS, LOCK_FILE, REQUEST_TIME_PACKAGES, check_wheels, read_lock,
 )
-from builder.errors import EngineHarnessError
+from benchmarks.engine.errors import EngineHarnessError
 
 
 def test_the_committed_lock_pins_every_wheel_once_by_hash():
@@ -45,7 +45,7 @@ def test_the_lock_closes_what_the_driver_itself_imports(distribution):
 
 
 def test_a_lock_without_a_driver_requirement_is_caught():
-    """Control: the lock as it was at call 50, without openai's jiter."""
+    """Control: the lock without openai's jiter."""
     locked = [w for w in read_lock(LOCK_FILE) if canonicalize_name(w.name) != "jiter"]
     assert unmet_requirements(locked, "openai") == {"jiter"}
 
@@ -59,7 +59,7 @@ def import_time_packages(engine_src) -> set[str]:
     body = source[source.index("def _validate_structured_outputs"):]
     body = body[: body.index("\n    def ", 1)]
     modules = re.findall(r"from vllm\.v1\.structured_output\.(backend_\w+) import", body)
-    assert "backend_lm_format_enforcer" in modules, modules  # call 69's cause, still on the request path
+    assert "backend_lm_format_enforcer" in modules, modules  # json_mode's HTTP 500 came from here
     packages = set()
     for module in modules:
         text = (engine_src / f"vllm/v1/structured_output/{module}.py").read_text()
@@ -79,14 +79,14 @@ def missing_request_time_wheels(locked, engine_src) -> set[str]:
 
 
 def test_the_lock_holds_what_a_structured_output_request_imports(engine_src):
-    """Call 69: json_mode got HTTP 500 with an empty message on every arm; vLLM had wrapped the
-    ModuleNotFoundError for lmformatenforcer, which every structured-output request imports."""
+    """Without lm-format-enforcer json_mode gets HTTP 500 with an empty message on every arm: vLLM wraps
+    the ModuleNotFoundError for lmformatenforcer, which every structured-output request imports."""
     assert import_time_packages(engine_src) >= {"lmformatenforcer", "xgrammar"}
     assert missing_request_time_wheels(read_lock(LOCK_FILE), engine_src) == set()
 
 
 def test_a_lock_without_lm_format_enforcer_is_caught(engine_src):
-    """Control: the lock of calls 55-69."""
+    """Control: the lock without lm-format-enforcer and interegular."""
     locked = [w for w in read_lock(LOCK_FILE) if canonicalize_name(w.name) not in {"lm-format-enforcer", "interegular"}]
     assert missing_request_time_wheels(locked, engine_src) == {"lm-format-enforcer", "interegular"}
 

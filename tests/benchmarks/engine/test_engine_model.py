@@ -40,7 +40,7 @@ def test_a_topk_the_compiled_kernel_lacks_is_refused():
 
 
 def test_an_indexer_the_upstream_prefill_kernel_cannot_fit_on_sm90_is_refused():
-    """Call 22: every server died in _qsa_mqa_paged_prefill_kernel at 16 heads (303,104 B > 232,448 B)."""
+    """At 16 indexer heads every server dies in _qsa_mqa_paged_prefill_kernel (303,104 B > 232,448 B)."""
     assert gen.indexer_prefill_smem(gen.SmallQwen4Exp(indexer_n_heads=16)) == 303_104
     with pytest.raises(ValueError, match="shared memory"):
         gen.check_spec(gen.SmallQwen4Exp(indexer_n_heads=16))
@@ -148,7 +148,7 @@ def test_a_model_is_regenerated_over_its_own_output_but_never_over_a_users_folde
     mine = tmp_path / "mine"
     mine.mkdir()
     (mine / "notes.txt").write_text("mine")
-    from builder.errors import EngineHarnessError
+    from benchmarks.engine.errors import EngineHarnessError
 
     with pytest.raises(EngineHarnessError, match="refusing to replace"):
         gen.generate(tokenizer_dir=tokenizer_dir, out=mine, seed=0, spec=TINY)

@@ -1,5 +1,5 @@
-"""bench.md / bench.png / kv-pools.json from real measure summaries (the H200 calls 25, 33, 39, 49,
-55, 56, 62 and 69) and from runs that measured less."""
+"""bench.md / bench.png / kv-pools.json from the committed H200 measure summaries
+(evidence/engine-h200/runs/) and from runs that measured less."""
 
 from __future__ import annotations
 
@@ -33,7 +33,7 @@ def test_one_run_gives_its_pools_gates_fidelity_and_bench(tmp_path):
 
 
 def report_of(out, runs) -> str:
-    """The report of (call, summary) runs, oldest first, written to out; its bench.md."""
+    """The report of (run number, summary) pairs, oldest first, written to out; its bench.md."""
     argv = ["--out", str(out)]
     for n, path in runs:
         argv += ["--run", f"{n}={path}"]
@@ -41,9 +41,10 @@ def report_of(out, runs) -> str:
     return (out / "bench.md").read_text()
 
 
-def test_the_sessions_runs_each_give_what_they_measured(tmp_path):
-    """Gates and pools from call 33, fidelity from call 39 (call 33's comparison failed), both
-    benches, and graphs over eager only where both modes measured the cell."""
+def test_eager_and_graphs_runs_each_give_what_they_measured(tmp_path):
+    """Two eager runs and a CUDA-graphs one: gates and pools from the first eager run, fidelity from
+    the second (the first one's comparison failed), both benches, and graphs over eager only where
+    both modes measured the cell."""
     md = report_of(tmp_path, ((33, CALL33), (39, CALL39), (49, CALL49)))
     assert "## Gates (call 33)" in md and "## Fidelity against bf16 KV (call 39, eager)" in md
     assert "| int8 | 100 | 0 | 3.58e-06 |" in md and "| fp8 | 100 | 0 | 8.48e-06 |" in md
@@ -62,9 +63,9 @@ def test_the_sessions_runs_each_give_what_they_measured(tmp_path):
         "int8": ("int8_per_token_head", 100), "fp8": ("fp8", 100), "bf16-repeat": ("auto", 100)}
 
 
-def test_the_fifth_sessions_runs_give_gates_from_62_and_fidelity_from_56(tmp_path):
-    """Calls 55 (eager), 56 (graphs: fidelity, bench) and 62 (graphs: gates one at a time, one
-    picked cell): gates and pools from 62, fidelity from 56, every bench."""
+def test_gates_and_pools_come_from_the_last_run_with_gates_and_fidelity_from_the_last_that_compared(tmp_path):
+    """An eager run, a graphs run with fidelity and bench, and a graphs run with the gates one at a
+    time and one picked cell: gates and pools from the last, fidelity from the second, every bench."""
     md = report_of(tmp_path, ((55, CALL55), (56, CALL56), (62, CALL62)))
     assert "## Gates (call 62)" in md and "## Fidelity against bf16 KV (call 56, CUDA graphs)" in md
     assert "| api_surface | fail: 15/18 checks" in md
@@ -73,9 +74,9 @@ def test_the_fifth_sessions_runs_give_gates_from_62_and_fidelity_from_56(tmp_pat
     assert "| 128K | 4 | 2793 / 3068 / 3286 |" in md
 
 
-def test_the_sixth_sessions_paired_scale_run_gives_gates_and_fidelity_from_69(tmp_path):
-    """Call 69 (graphs, the paired scale tail: gates and fidelity) after 55, 56 and 62: gates, pools
-    and fidelity from 69, the benches of 55, 56 and 62."""
+def test_a_later_paired_scale_run_gives_the_gates_pools_and_fidelity(tmp_path):
+    """A graphs run with the paired scale tail (gates and fidelity) after those three: gates, pools
+    and fidelity from it, the benches of the three before."""
     md = report_of(tmp_path, ((55, CALL55), (56, CALL56), (62, CALL62), (69, CALL69)))
     assert "## Gates (call 69)" in md and "## Fidelity against bf16 KV (call 69, CUDA graphs)" in md
     assert "| api_surface | fail: 17/18 checks, failed: json_mode |" in md
@@ -83,9 +84,10 @@ def test_the_sixth_sessions_paired_scale_run_gives_gates_and_fidelity_from_69(tm
     assert "| int8 | 4,529,669 | 4,510,435 | 1.0043 |" in md  # the pairing moves no byte of the pool
 
 
-def test_the_committed_report_adds_session_26s_gates_with_json_mode_passing(tmp_path):
-    """Calls 85 (json_mode answered 200 but cut: random weights never close the object) and 91 (the
-    expectation file allows a cut JSON prefix): gates from 91, fidelity still from 69."""
+def test_gates_pass_json_mode_once_the_expectations_allow_a_cut_prefix(tmp_path):
+    """Two more gates runs: in the first json_mode answered 200 but cut (random weights never close
+    the object), in the second the expectation file allows a cut JSON prefix. Gates from the second,
+    fidelity still from the paired scale run."""
     runs = ((55, CALL55), (56, CALL56), (62, CALL62), (69, CALL69), (85, CALL85), (91, CALL91))
     md = report_of(tmp_path, runs)
     assert "## Gates (call 91)" in md and "## Fidelity against bf16 KV (call 69, CUDA graphs)" in md
@@ -95,9 +97,11 @@ def test_the_committed_report_adds_session_26s_gates_with_json_mode_passing(tmp_
     assert "| api_surface | fail: 17/18 checks, failed: json_mode |" in control
 
 
-def test_the_committed_report_adds_session_27s_graph_grid_and_its_run_to_run_spread(tmp_path):
-    """Calls 96-98: the graphs grid in one run (97) and 128K x c16 on all three arms (98); 96 ran out of
-    budget after int8. The across-runs table puts each cell's ratio from 56/62 beside 97's."""
+def test_the_committed_report_is_its_runs_with_the_graph_grid_and_its_run_to_run_spread(tmp_path):
+    """Three graphs runs more: one that ran out of budget after int8, the whole graphs grid in one run,
+    and 128K x c16 on all three arms. The committed bench.md, kv-pools.json and fidelity.json are what
+    these runs give; the across-runs table puts each cell's ratio from the earlier graphs runs beside
+    the grid run's."""
     runs = ((55, CALL55), (56, CALL56), (62, CALL62), (69, CALL69), (85, CALL85), (91, CALL91),
             (96, CALL96), (97, CALL97), (98, CALL98))
     md = report_of(tmp_path, runs)
@@ -115,9 +119,9 @@ def test_the_committed_report_adds_session_27s_graph_grid_and_its_run_to_run_spr
 
 
 def test_a_runs_repeats_get_their_own_tables_and_count_as_samples_of_the_spread(tmp_path):
-    """`measure --bench-repeats 2`: call 98's cells again as repeat 1 (int8 10% slower there). The run's
-    section shows both passes; the across-runs table takes each pass as its own sample, so one run with
-    repeats is enough to show a spread."""
+    """`measure --bench-repeats 2`: the 128K x c16 run's cells again as repeat 1 (int8 10% slower
+    there). The run's section shows both passes; the across-runs table takes each pass as its own
+    sample, so one run with repeats is enough to show a spread."""
     summary = json.loads(CALL98.read_text())
     again = []
     for c in summary["bench"]["cells"]:
@@ -159,7 +163,7 @@ def test_failed_cells_and_missing_phases_are_said_not_hidden(tmp_path):
     assert "No run measured the gates." in (tmp_path / "p" / "bench.md").read_text()
 
 
-def test_a_run_argument_without_its_call_is_refused_with_the_form(tmp_path, capsys):
+def test_a_run_argument_without_its_number_is_refused_with_the_form(tmp_path, capsys):
     with pytest.raises(SystemExit):
         report.main(["--run", str(CALL25), "--out", str(tmp_path)])
     assert "give CALL=SUMMARY" in capsys.readouterr().err
