@@ -13,7 +13,7 @@ from rich.text import Text
 
 from builder import bundle as bundle_step
 from builder import config
-from builder import render as render_step
+from builder.bundle.render import render_to
 from builder.constants import DEFAULT_TARGET, PATCHES_DIR
 from builder.errors import BuilderError
 
@@ -55,7 +55,7 @@ def render(
     out: Path = typer.Option(..., "--out", "-o", help="Folder to write launch/, README.md and CHECKSUMS.sha256 into; written atomically, only ever replacing an earlier render."),
 ) -> None:
     """Render the launch script, launch/ENV.md and the model card of one target."""
-    for path in render_step.render_to(target=target, out=out):
+    for path in render_to(target=target, out=out):
         out_console.print(f"wrote {path}", highlight=False, soft_wrap=True, markup=False)
 
 
@@ -466,6 +466,38 @@ def gates(
     from builder.measure.commands import gates_command
 
     gates_command(target=target, url=url, out=out, only=only, server_log=server_log)
+
+
+evidence_app = typer.Typer(help="The evidence ledger (evidence/claims.toml): every current claim and its files.", no_args_is_help=True)
+app.add_typer(evidence_app, name="evidence")
+
+
+@evidence_app.command("check")
+def evidence_check() -> None:
+    """Fail (exit 70) when a claim's file is missing, a quoted number differs from its file, a file
+    under evidence/ belongs to no claim, or README's claims table is stale."""
+    from builder.errors import EvidenceError
+    from builder.evidence import check, load_ledger
+
+    problems = check()
+    if problems:
+        raise EvidenceError(f"{len(problems)} problem(s):\n  " + "\n  ".join(problems),
+                            hint="fix evidence/claims.toml or the files it names, then run it again")
+    ledger = load_ledger()
+    out_console.print(f"evidence: {len(ledger.claims)} claims hold over {len(ledger.files())} files", highlight=False)
+
+
+@evidence_app.command("table")
+def evidence_table(
+    write: bool = typer.Option(False, "--write", help="Rewrite README.md's claims table in place instead of printing it."),
+) -> None:
+    """README's table of current claims, rendered from the ledger."""
+    from builder.evidence import claims_table, load_ledger, write_readme_table
+
+    if write:
+        write_readme_table()
+    else:
+        typer.echo(claims_table(load_ledger()), nl=False)
 
 
 @app.command("plan")

@@ -36,11 +36,15 @@ ENV_CACHE_DIR = "QFN_CACHE_DIR"
 ENV_REPO_ROOT = "QFN_REPO_ROOT"
 
 # --- render and bundle ---
-#: Jinja templates: bundle/launch/*.j2 render into launch/, bundle/README.md.j2 is the model card.
-LAUNCH_TEMPLATES_DIR = BUNDLE_SRC_DIR / "launch"
-CARD_TEMPLATE = BUNDLE_SRC_DIR / "README.md.j2"
-#: The streaming benchmark shipped in each bundle once it exists.
-BENCHMARK_SCRIPT = BUNDLE_SRC_DIR / "benchmark_vllm.py"
+#: Package data: builder/launch/templates/*.j2 render into launch/ (the middleware there ships
+#: beside the script as is); builder/bundle/templates/README.md.j2 is the model card.
+PACKAGE_DIR = Path(__file__).resolve().parent
+LAUNCH_TEMPLATES_DIR = PACKAGE_DIR / "launch" / "templates"
+CARD_TEMPLATE = PACKAGE_DIR / "bundle" / "templates" / "README.md.j2"
+#: The streaming client (builder.measure.client, stdlib and httpx only): each bundle ships its
+#: source under BENCHMARK_NAME, so users run the benchmark that made the numbers.
+BENCHMARK_SCRIPT = PACKAGE_DIR / "measure" / "client.py"
+BENCHMARK_NAME = "benchmark_vllm.py"
 #: Names inside a bundle.
 LAUNCH_SCRIPT_NAME = "launch/run_qsa_int8kv.sh"
 LAUNCH_ENV_DOC_NAME = "launch/ENV.md"
@@ -57,6 +61,8 @@ KERNEL_EVIDENCE = "kernels"
 #: ENGINE_POOLS_FILE checks the capacity planner against vLLM's own pools.
 ENGINE_EVIDENCE = "engine-h200"
 ENGINE_POOLS_FILE = "kv-pools.json"
+#: The evidence ledger under EVIDENCE_DIR: every current claim, its files and numbers (builder.evidence).
+CLAIMS_FILE = "claims.toml"
 #: ENGINE_FIDELITY_FILE: int8 and fp8 KV against bf16 KV in the same engine run.
 ENGINE_FIDELITY_FILE = "fidelity.json"
 #: Evidence files whose names start with this are benchmark results, not gates.
@@ -65,7 +71,8 @@ BENCH_EVIDENCE_GLOB = "bench-*.json"
 EXCLUDED_NAMES = ("__pycache__", ".pytest_cache", ".mypy_cache", ".ruff_cache", ".DS_Store")
 EXCLUDED_SUFFIXES = (".pyc", ".pyo", ".tmp", ".swp")
 #: What the repo-level CHECKSUMS.sha256 covers (paths that do not exist yet are skipped).
-SHIPPED_SOURCES = ("bundle", "evidence", "Dockerfile", "docker")
+SHIPPED_SOURCES = ("bundle", "evidence", "Dockerfile", "docker", "builder/launch/templates", "builder/bundle/templates",
+                   "builder/measure/client.py")
 #: Folders of the checkout that `render --out` / `bundle --out` may never write into (the sources).
 SOURCE_TREES = (REPO_ROOT / "builder", REPO_ROOT / "targets", REPO_ROOT / ".git", *(REPO_ROOT / s for s in SHIPPED_SOURCES))
 #: Reproducible bundle timestamps (https://reproducible-builds.org/specs/source-date-epoch/).
@@ -175,7 +182,6 @@ ENGINE_QSA_DIR = Path("vllm/models/qwen4_exp/nvidia")
 
 
 # --- measure (benchmarks and quality gates) ---
-#: builder.measure loads the client and metric code from BENCHMARK_SCRIPT (one source).
 #: Per-model gate expectation files (golden probes, battery, needle wording).
 EXPECTATIONS_DIR = Path(__file__).resolve().parent / "measure" / "expectations"
 #: Gate names, in the order they run and appear in the bundle README's gate table.

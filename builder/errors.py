@@ -162,7 +162,7 @@ class SelfCheckError(BuilderError):
     exit_code = 34
 
 
-class EngineHarnessError(BuilderError):
-    """The device harness cannot assemble its carry (wheel, lock, tokenizer) or check what landed."""
+class EvidenceError(BuilderError):
+    """The evidence ledger does not hold: a claim's file is missing, a number differs, a file is orphaned."""
 
-    exit_code = 23
+    exit_code = 70

@@ -1,11 +1,12 @@
 """CPU side of the engine harness.
 
   python -m benchmarks.engine wheels                    fetch the locked runtime wheels (.cache/engine-wheels)
-  python -m benchmarks.engine prepare --out DIR         everything the device calls carry, in DIR:
+  python -m benchmarks.engine prepare --out DIR         everything the calls to the GPU host send, in DIR:
                                                         DIR/carry (manifest + pieces), DIR/run (repo copy),
                                                         DIR/calls.json (each call's carry list and command)
 
-`prepare` prints the device calls; run them back to back (the machine stays warm 30 s).
+`prepare` prints the calls; run them back to back on one machine: each `land` leaves its piece in that
+machine's /tmp state, where the next call finds it.
 `prepare --triton-cache FILE` sends a Triton cache an earlier `measure` brought back
 ($OUT/triton-cache.tar.xz) with the measuring call, so fresh servers skip most of their compiles.
 `prepare --phases P --bench-cells LENxCONC,... --bench-repeats N` puts those into the measuring call.
@@ -24,9 +25,10 @@ import sys
 from pathlib import Path
 
 from benchmarks.engine.device import CACHE_ARCHIVE, PHASES, parse_bench_cells, parse_phases
+from benchmarks.engine.errors import EngineHarnessError
 from builder.atomic import replace_dir
 from builder.constants import LAUNCH_MIDDLEWARE_NAME, LAUNCH_TEMPLATES_DIR, PATCHES_DIR, REPO_ROOT
-from builder.errors import BuilderError, EngineHarnessError
+from builder.errors import BuilderError
 
 WHEELS_DIR = REPO_ROOT / ".cache" / "engine-wheels"
 #: nvidia-cutlass-dsl for CUDA graphs, carried only with --graphs.
@@ -34,7 +36,7 @@ GRAPHS_LOCK = Path(__file__).with_name("graphs.lock")
 #: The --middleware module the launch plan names; the launch script puts its folder on PYTHONPATH.
 LAUNCH_MIDDLEWARE_SRC = str((LAUNCH_TEMPLATES_DIR / Path(LAUNCH_MIDDLEWARE_NAME).name).relative_to(REPO_ROOT))
 #: What the device driver imports from the repo (copied into DIR/run).
-RUN_FILES = ("builder", "bundle/benchmark_vllm.py", LAUNCH_MIDDLEWARE_SRC, str(PATCHES_DIR.relative_to(REPO_ROOT)),
+RUN_FILES = ("builder", LAUNCH_MIDDLEWARE_SRC, str(PATCHES_DIR.relative_to(REPO_ROOT)),
              "targets", "benchmarks/engine")
 
 
@@ -55,7 +57,7 @@ def _earlier_run_tree(dest: Path) -> str | None:
     return f"holds {', '.join(extra[:5])}, which copy_run_tree does not write" if extra else None
 
 
-#: What one device call may send: the checkout's travelling files plus what it carries.
+#: What one call to the GPU host may send: the checkout's travelling files plus what it carries.
 CALL_BYTES = 64 << 20
 CALL_MARGIN = 1 << 20
 #: Where the measuring call finds a carried Triton cache (device.py --triton-cache).
@@ -63,7 +65,7 @@ CACHE_DIR = "caches"
 
 
 def travelling_bytes(root: Path) -> int:
-    """The checkout's files every device call sends: tracked, and untracked but not ignored."""
+    """The checkout's files every call to the GPU host sends: tracked, and untracked but not ignored."""
     names = subprocess.run(["git", "-C", str(root), "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
                            capture_output=True, check=True).stdout.decode().split("\0")
     return sum((root / n).stat().st_size for n in names if n and (root / n).is_file())
@@ -77,7 +79,7 @@ def tree_bytes(path: Path) -> int:
 LAYOUT_KINDS = {"tp1": "nvidia-h200", "tp2-ep": "nvidia-h200-x2"}
 
 
-def device_calls(*, out: Path, repo_rel: str, pieces: list[str], budget_s: int, layout: str = "tp1",
+def host_calls(*, out: Path, repo_rel: str, pieces: list[str], budget_s: int, layout: str = "tp1",
                  graphs: bool = False, triton_cache: bool = False, measure_args: tuple[str, ...] = ()) -> list[dict]:
     """One call per piece; the last one also measures, with measure_args (--phases, --bench-cells,
     --bench-repeats) added. Paths are relative to the repo root the run tool sends (carry names them
@@ -140,7 +142,7 @@ def prepare(*, out: Path, repo_root: Path, budget_s: int, piece_mib: int | None,
     piece_bytes = room if piece_mib is None else piece_mib << 20
     if piece_bytes > room or piece_bytes < 8 << 20:
         raise EngineHarnessError(
-            f"a piece of {piece_bytes >> 20} MiB does not fit a device call: the checkout and run tree leave {room >> 20} MiB",
+            f"a piece of {piece_bytes >> 20} MiB does not fit a call to the GPU host: the checkout and run tree leave {room >> 20} MiB",
             hint="leave --piece-mib out (it then takes what is left), or carry less in the checkout (it travels with every call)")
     engine = fetch_engine()
     tokenizer = prepare_smollm2().path
@@ -162,7 +164,7 @@ def prepare(*, out: Path, repo_root: Path, budget_s: int, piece_mib: int | None,
         shutil.copy2(triton_cache, out / CACHE_DIR / CACHE_ARCHIVE)
     else:
         (out / CACHE_DIR / CACHE_ARCHIVE).unlink(missing_ok=True)
-    calls = device_calls(out=out, repo_rel=str(out.relative_to(repo_root)), pieces=[p.name for p in manifest.pieces],
+    calls = host_calls(out=out, repo_rel=str(out.relative_to(repo_root)), pieces=[p.name for p in manifest.pieces],
                          budget_s=budget_s, layout=layout, graphs=graphs, triton_cache=triton_cache is not None,
                          measure_args=measure_args)
     (out / "calls.json").write_text(json.dumps(calls, indent=2) + "\n")
@@ -174,10 +176,10 @@ def main(argv: list[str] | None = None) -> int:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="command", required=True)
     sub.add_parser("wheels", help="fetch the locked wheels")
-    prep = sub.add_parser("prepare", help="assemble the carry and the device calls")
+    prep = sub.add_parser("prepare", help="assemble the carry and the calls to the GPU host")
     prep.add_argument("--out", type=Path, required=True, help="a folder inside the checkout the run tool sends")
     prep.add_argument("--repo-root", type=Path, required=True, help="that checkout's root (calls name paths from it)")
-    prep.add_argument("--budget-s", type=int, default=510, help="the measuring call's own budget (its call gets 90 s more, up to the 600 s a device call may run)")
+    prep.add_argument("--budget-s", type=int, default=510, help="the measuring call's own budget (its call gets 90 s more, up to the 600 s one call may run)")
     prep.add_argument("--piece-mib", type=int, help="piece size (default: what a call has left after the checkout and run tree)")
     prep.add_argument("--layout", choices=list(LAYOUT_KINDS), default="tp1",
                       help="tp2-ep: int8 vs bf16 with cmp170hx-x2's TP2 + EP, on the nvidia-h200-x2 kind")
@@ -198,7 +200,7 @@ def main(argv: list[str] | None = None) -> int:
             print("\n".join(w.name for w in fetch_wheels(dest=WHEELS_DIR)))
         else:
             if not 0 < args.budget_s <= 510:
-                p.error("--budget-s must be in 1..510 (the measuring call adds 90 s; a device call runs at most 600 s)")
+                p.error("--budget-s must be in 1..510 (the measuring call adds 90 s; one call runs at most 600 s)")
             if args.piece_mib is not None and not 8 <= args.piece_mib <= 60:
                 p.error("--piece-mib must be in 8..60 (64 MiB per call, the checkout travels too)")
             out, root = args.out.resolve(), args.repo_root.resolve()

@@ -1,6 +1,6 @@
 """Why identical greedy requests part: the determinism gate's prompt, sent again one at a time.
 
-The gate sends its N requests together (call 25: 2 distinct outputs of 8 on every KV dtype). Two
+The gate sends its N requests together (H200, eager: 2 distinct outputs of 8 on every KV dtype). Two
 serial passes split the causes apart:
   serial         one after another, the prompt shared: request 1 prefills, the rest hit the cache;
   serial_salted  one after another, each with its own `cache_salt`: every request prefills alone.
@@ -16,7 +16,7 @@ from typing import Any
 
 import httpx
 
-from builder.measure.core import bench
+from builder.measure import client as bench
 
 MODES = ("serial", "serial_salted")
 

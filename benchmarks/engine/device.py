@@ -52,7 +52,7 @@ GATES = ("kv_pool", "determinism", "prefix_cache", "api_surface")
 #: last --engram-config wins), since the ple-mmap patch maps rows from a checkpoint dummy has not.
 DUMMY_RETRY_ARGS = ("--load-format", "dummy", "--engram-config", '{"cpu_offload": true}')
 #: Every harness server logs the traceback behind an HTTP 500: without it vLLM 0.33 answers a failed
-#: request with an empty EngineGenerateError and logs nothing (json_mode, calls 62, 69 and 78).
+#: request with an empty EngineGenerateError and logs nothing (as json_mode's HTTP 500s on the H200 did).
 DIAGNOSTIC_ARGS = ("--log-error-stack",)
 #: What `measure` runs once the servers are ready, in this order.
 PHASES = ("gates", "fidelity", "bench")
@@ -68,7 +68,7 @@ LOG_TAIL_LINES = 300
 #: A server log's first lines: its start-up timeline (what took the ~200 s to ready).
 LOG_HEAD_LINES = 150
 #: Triton's compile cache, under state/ so `measure` can send it back ($OUT) and a later fresh
-#: machine start from it: a cold cache cost each start ~140 s (call 33: 208 s to ready; call 39, warm: 65 s).
+#: machine start from it: a cold cache costs each start ~140 s (H200, eager: 208 s to ready cold, 65 s warm).
 TRITON_CACHE = "triton-cache"
 CACHE_ARCHIVE = "triton-cache.tar.xz"
 #: The run tool takes back 16 MiB a file.
@@ -116,7 +116,8 @@ def triton_in_use(state: Path) -> str:
 
 def site_paths(site_dir: Path) -> list[str]:
     """site_dir and what its .pth files add. A PYTHONPATH entry skips .pth files, and
-    nvidia-cutlass-dsl puts `cutlass` on the path only through one (call 38: No module named 'cutlass')."""
+    nvidia-cutlass-dsl puts `cutlass` on the path only through one (without it every graphs server dies on
+    No module named 'cutlass')."""
     code = ("import site, sys; before = set(sys.path); site.addsitedir(sys.argv[1]); "
             "print('\\n'.join(p for p in sys.path if p not in before))")
     out = subprocess.run([sys.executable, "-S", "-c", code, str(site_dir)], capture_output=True, text=True, check=True)
@@ -417,7 +418,7 @@ async def run_gates(servers: dict, ready: list[str], work: Path, model_dir: Path
             continue
         out[label] = {}
         digest, server_log = config_digest(s["cfg"]), s["log"].read_text(errors="replace")
-        for gate in GATES:  # one at a time: a gate that raises costs only its own verdict (call 55)
+        for gate in GATES:  # one at a time: a gate that raises costs only its own verdict, not the arm's others
             try:
                 (ev,) = await run_gates_async(
                     url=s["url"], target=TARGET, settings=s["gate_settings"], config_digest=digest,
@@ -462,7 +463,7 @@ def fidelity_prompts(model_dir: Path) -> list[list[int]]:
 
     from transformers import AutoTokenizer
 
-    from builder.measure.core import bench
+    from builder.measure import client as bench
 
     tok = AutoTokenizer.from_pretrained(str(model_dir))
     prompts = []
@@ -514,8 +515,8 @@ async def run_fidelity(servers: dict, ready: list[str], model_dir: Path, work: P
 def arm_order(ready: list[str], length: int, conc: int, repeat: int = 0) -> list[str]:
     """The arms of one cell in the order they run: rotated by prompt-length index + concurrency index
     + repeat, a Latin square over the grid, so each arm goes first once per concurrency level across the
-    lengths and once per length across the levels. (A rotation by cell count, as before session 27, has
-    period 3 over 3 levels: every c1 cell ran int8 first, every c4 fp8, every c16 bf16.)"""
+    lengths and once per length across the levels. (A rotation by cell count has period 3 over 3
+    levels: every c1 cell would run int8 first, every c4 fp8, every c16 bf16.)"""
     shift = (BENCH_LENGTHS.index(length) + BENCH_CONCURRENCY.index(conc) + repeat) % len(ready)
     return ready[shift:] + ready[:shift]
 
@@ -525,19 +526,19 @@ async def run_bench(servers: dict, ready: list[str], work: Path, clock: Clock, r
                     on_result: Callable[[dict], None] | None = None, repeats: int = 1) -> dict:
     """Cells of (prompt length, concurrency), all or cells_wanted, the whole set `repeats` times; within a
     cell the arms run one after another in arm_order, all sent the same prompts. An arm the budget no longer covers, at the
-    last arm's seconds per prompt token, is skipped: call 70 started bf16's 128K x c16 with 26 s left and
-    the call was killed with the cell's results unsent. on_result gets the results so far after every arm
+    last arm's seconds per prompt token, is skipped: a run that started bf16's 128K x c16 with 26 s left
+    was killed with the cell's results unsent. on_result gets the results so far after every arm
     (the driver packs them)."""
     import httpx
 
-    from builder.measure.core import bench
+    from builder.measure import client as bench
 
     cells, skipped = [], []
     result = {"cells": cells, "skipped": skipped, "repeats": repeats}
     s_per_token = 0.0
     async with httpx.AsyncClient(trust_env=False) as client:
-        # Untimed: the first request of a server compiles its prefill kernels (call 25's first cell
-        # measured 1,347 ms TTFT for the arm that went first, ~110 ms for the others).
+        # Untimed: the first request of a server compiles its prefill kernels (on the H200, eager, the
+        # first cell measured 1,347 ms TTFT for the arm that went first, ~110 ms for the others).
         for label in ready:
             warm = bench.Workload("warm-up", "concurrency", BENCH_LENGTHS[0], 4, 1, 1)
             try:

@@ -11,10 +11,13 @@ from rich.progress import BarColumn, Progress, TextColumn
 
 from builder.atomic import replace_dir
 from builder.checksums import list_files, manifest_text, tree_digest
+from builder.bundle.card import card_context, plan_for_card, render_card
 from builder.bundle.manifest import BundleManifest, make_manifest
+from builder.bundle.render import write_text_files
 from builder.bundle.verify import bundle_refusal
 from builder.config import launch_plan, load_target
 from builder.constants import (
+    BENCHMARK_NAME,
     BENCHMARK_SCRIPT,
     BUNDLE_MANIFEST_NAME,
     CARD_NAME,
@@ -25,8 +28,7 @@ from builder.constants import (
     SOURCE_TREES,
 )
 from builder.errors import BundleError
-from builder.render import card_context, make_environment, plan_for_card, render_card, render_launch
-from builder.render.write import write_text_files
+from builder.launch import make_environment, render_launch
 
 BUNDLE_PATCHES = "patches"
 BUNDLE_EVIDENCE = "evidence"
@@ -99,7 +101,7 @@ def build_bundle(
             _copy_tree(sources.evidence_root / KERNEL_EVIDENCE, stage / BUNDLE_EVIDENCE / KERNEL_EVIDENCE)
         step(3)
         if sources.benchmark.is_file():
-            copy_file(sources.benchmark, stage / sources.benchmark.name)
+            copy_file(sources.benchmark, stage / BENCHMARK_NAME)
         step(4)
         listed = [*list_files(stage), CARD_NAME, BUNDLE_MANIFEST_NAME, CHECKSUMS_NAME]
         capacity, capacity_error = plan_for_card(cfg)

@@ -1,4 +1,4 @@
-"""The repo-level CHECKSUMS.sha256 over the shipped sources (bundle/, evidence/, Dockerfile, docker/)."""
+"""The repo-level CHECKSUMS.sha256 over the shipped sources (constants.SHIPPED_SOURCES)."""
 
 from __future__ import annotations
 

@@ -13,7 +13,7 @@ from builder.config.launch import MODEL_DIR_ENV
 from builder.constants import ENV_WHEEL_DIR, REPO_ROOT, SELFCHECK_LIB, SELFCHECK_TARGET_FILE
 from builder.errors import DockerError
 from builder.image.recipe import BuildRecipe
-from builder.render import render_launch
+from builder.launch import render_launch
 
 #: What stage 1 needs to run `python -m builder patches ...` against the engine.
 _BUILDER_FILES = ("pyproject.toml", "builder", "bundle/patches")

@@ -27,7 +27,7 @@ from builder.constants import CACHE_DIR, ENGINE_UPSTREAM_VERSION, LOCKS_DIR, PAT
 from builder.errors import LockError, SelfCheckError
 from builder.image.context import selfcheck_facts
 from builder.image.lock import read_lock
-from builder.render import render_launch
+from builder.launch import render_launch
 
 LINT_VENV_DIR = CACHE_DIR / "lint-venv"
 

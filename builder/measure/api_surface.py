@@ -18,7 +18,7 @@ import openai
 from pydantic import BaseModel, ConfigDict
 
 from builder.measure._json_prefix import is_json_prefix
-from builder.measure.core import bench
+from builder.measure import client as bench
 from builder.measure.settings import JsonModeRule
 
 #: A prompt every chat model continues with ordinary words.
@@ -81,7 +81,7 @@ class ApiSurface:
 
     async def run(self, *, on_check: Callable[[str], None] | None = None) -> list[CheckResult]:
         """Every check once, then the SDK's client is closed (left open, its connections were
-        closed by the garbage collector after the event loop: 'Event loop is closed', call 62)."""
+        closed by the garbage collector after the event loop: 'Event loop is closed', seen on the H200)."""
         try:
             return await self._run(on_check)
         finally:

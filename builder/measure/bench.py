@@ -12,7 +12,7 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from builder.errors import MeasureError
-from builder.measure.core import bench
+from builder.measure import client as bench
 from builder.measure.evidence import BenchEvidence, now, write_bytes_atomic, write_json_atomic
 from builder.measure.report import bench_chart_png, bench_markdown, bench_table, make_console
 from builder.measure.server import probe

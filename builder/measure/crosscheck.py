@@ -23,7 +23,7 @@ from typing import Any
 import httpx
 
 from builder.errors import MeasureError
-from builder.measure.core import bench
+from builder.measure import client as bench
 from builder.measure.evidence import now, write_bytes_atomic, write_json_atomic
 
 # `vllm bench serve` itself, called through its module: the `vllm` CLI entry of some builds

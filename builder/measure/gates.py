@@ -23,7 +23,7 @@ from rich.text import Text
 from builder.constants import GATE_NAMES, REPO_ROOT
 from builder.errors import GateFailed, MeasureError
 from builder.measure.api_surface import ApiSurface
-from builder.measure.core import bench
+from builder.measure import client as bench
 from builder.measure.evidence import GateEvidence, ServerInfo, now, write_json_atomic
 from builder.measure.report import make_console
 from builder.measure.server import probe

@@ -5,7 +5,7 @@ from __future__ import annotations
 import httpx
 
 from builder.errors import MeasureError
-from builder.measure.core import bench
+from builder.measure import client as bench
 from builder.measure.evidence import ServerInfo
 from builder.serve.auth import unauthorized_message
 

@@ -23,13 +23,13 @@ def load_card(path: Path) -> ModelCard:
     try:
         card = ModelCard.load(path)
     except (ValueError, yaml.YAMLError) as exc:
-        raise UnverifiedBundle(f"{path}: model card metadata does not parse: {exc}", hint="fix bundle/README.md.j2") from exc
+        raise UnverifiedBundle(f"{path}: model card metadata does not parse: {exc}", hint="fix builder/bundle/templates/README.md.j2") from exc
     data = card.data.to_dict()
     absent = [key for key in constants.CARD_REQUIRED_KEYS if not data.get(key)]
     if absent:
-        raise UnverifiedBundle(f"{path}: model card metadata lacks {', '.join(absent)}", hint="fill them in bundle/README.md.j2")
+        raise UnverifiedBundle(f"{path}: model card metadata lacks {', '.join(absent)}", hint="fill them in builder/bundle/templates/README.md.j2")
     if data["library_name"] != "vllm":
-        raise UnverifiedBundle(f"{path}: library_name is {data['library_name']!r}, expected 'vllm'", hint="fix bundle/README.md.j2")
+        raise UnverifiedBundle(f"{path}: library_name is {data['library_name']!r}, expected 'vllm'", hint="fix builder/bundle/templates/README.md.j2")
     return card
 
 

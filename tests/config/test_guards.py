@@ -13,8 +13,8 @@ from builder.config import launch_plan, load_target, parse_config
 from builder.config.launch import MODEL_DIR_ENV
 from builder.constants import LAUNCH_RESERVED_ENV, LAUNCH_SCRIPT_NAME, TARGETS_DIR
 from builder.errors import ConfigError
-from builder.render import render_launch
-from tests.render.conftest import fork_preview
+from builder.launch import render_launch
+from tests.launch.conftest import fork_preview
 
 
 def _refused(data: dict, *expect: str) -> str:

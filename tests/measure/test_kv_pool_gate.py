@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from builder.config import load_target
-from builder.measure.core import bench
+from builder.measure import client as bench
 from builder.measure.gates import kv_pool_outcome
 from builder.measure.settings import gate_settings
 

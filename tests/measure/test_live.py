@@ -13,7 +13,7 @@ import secrets
 import httpx
 import pytest
 
-from builder.measure.core import bench
+from builder.measure import client as bench
 from builder.measure.evidence import load_gate_evidence
 from builder.measure.gates import run_gates_async
 from builder.measure.settings import GateSettings

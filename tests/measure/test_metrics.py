@@ -1,4 +1,4 @@
-"""Metric math and SSE parsing of bundle/benchmark_vllm.py on recorded-shape streams."""
+"""Metric math and SSE parsing of builder.measure.client (shipped as benchmark_vllm.py) on recorded-shape streams."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from builder.measure.core import bench
+from builder.measure import client as bench
 
 
 def _chunk(text: str | None, *, chat: bool = False, finish: str | None = None) -> str:

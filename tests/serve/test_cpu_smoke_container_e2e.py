@@ -24,7 +24,7 @@ from builder.config.overrides import LaunchOverrides
 from builder.constants import REPO_ROOT
 from builder.errors import ServeError
 from builder.models import prepare_smollm2
-from builder.render.container import docker_run_line
+from builder.launch.compose import docker_run_line
 from builder.serve import serve, stop, wait_ready
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow, pytest.mark.timeout(2400)]

@@ -1,5 +1,5 @@
 """The device driver's CPU-testable parts: argument handling, the per-arm launch rendered from the
-h200-small target (which must keep the h200 launch), the device calls, and log triage."""
+h200-small target (which must keep the h200 launch), the calls to the GPU host, and log triage."""
 
 from __future__ import annotations
 
@@ -9,10 +9,11 @@ from pathlib import Path
 import pytest
 
 from benchmarks.engine import device
-from benchmarks.engine.__main__ import device_calls
+from benchmarks.engine.__main__ import host_calls
 from benchmarks.engine import model as gen
+from benchmarks.engine.errors import EngineHarnessError
 from builder.config import launch_plan, load_target
-from builder.errors import ConfigError, EngineHarnessError
+from builder.errors import ConfigError
 
 
 def flags(plan) -> dict[str, str | None]:
@@ -84,7 +85,7 @@ def test_root_cause_and_weight_load_triage(tmp_path):
 
 
 def test_one_call_per_piece_the_last_measures(tmp_path):
-    calls = device_calls(out=tmp_path, repo_rel=".dev/e", pieces=["piece-00", "piece-01", "piece-02"], budget_s=200)
+    calls = host_calls(out=tmp_path, repo_rel=".dev/e", pieces=["piece-00", "piece-01", "piece-02"], budget_s=200)
     assert [c["carry"][-1] for c in calls] == [".dev/e/carry/piece-00", ".dev/e/carry/piece-01", ".dev/e/carry/piece-02"]
     assert all(c["carry"][:2] == [".dev/e/run", ".dev/e/carry/manifest.json"] for c in calls)
     assert all(" land " in c["command"] for c in calls[:-1])
@@ -94,7 +95,7 @@ def test_one_call_per_piece_the_last_measures(tmp_path):
 
 
 def test_the_measuring_call_takes_phases_cells_and_repeats_from_prepare(tmp_path):
-    calls = device_calls(out=tmp_path, repo_rel=".dev/e", pieces=["piece-00", "piece-01"], budget_s=510,
+    calls = host_calls(out=tmp_path, repo_rel=".dev/e", pieces=["piece-00", "piece-01"], budget_s=510,
                          measure_args=("--phases", "bench", "--bench-cells", "32768x1,131072x1", "--bench-repeats", "3"))
     assert "--phases" not in calls[0]["command"]  # land calls stay as they are
     assert calls[-1]["command"].endswith(
@@ -117,13 +118,13 @@ def test_prepare_refuses_measure_arguments_the_measuring_call_would_refuse(tmp_p
     assert not (tmp_path / "e").exists()  # refused before anything is written
 
 
-def test_prepare_refuses_a_measuring_budget_the_device_call_cannot_hold(tmp_path, capsys):
+def test_prepare_refuses_a_measuring_budget_one_call_cannot_hold(tmp_path, capsys):
     from benchmarks.engine.__main__ import main
 
     with pytest.raises(SystemExit):
         main(["prepare", "--out", str(tmp_path / "o"), "--repo-root", str(tmp_path), "--budget-s", "511"])
     assert "--budget-s must be in 1..510" in capsys.readouterr().err
-    calls = device_calls(out=tmp_path, repo_rel=".dev/e", pieces=["piece-00"], budget_s=510)
+    calls = host_calls(out=tmp_path, repo_rel=".dev/e", pieces=["piece-00"], budget_s=510)
     assert calls[-1]["timeout_s"] <= 600  # the run tool's per-call limit
 
 
@@ -139,7 +140,7 @@ def test_the_run_tree_replaces_only_what_copy_run_tree_wrote(tmp_path):
 
 
 def test_the_servers_can_import_every_module_the_launch_plan_names(tmp_path):
-    """Call 16 died in build_app: the plan's --middleware module was not in the carry."""
+    """A server dies in build_app when the plan's --middleware module is missing from the files sent to the GPU host."""
     import subprocess
     import sys
 
@@ -164,15 +165,15 @@ def test_the_servers_can_import_every_module_the_launch_plan_names(tmp_path):
 
 
 def test_gate_settings_resolve_for_every_arm_from_the_generated_config(tmp_path):
-    """Call 19's servers were ready and every gate then failed: h200-small has no architecture file
-    and no weight estimate. The driver plans from the generated config.json and the pinned KV bytes."""
+    """h200-small has no architecture file and no weight estimate, so gates planned from the target
+    alone fail on ready servers. The driver plans from the generated config.json and the pinned KV bytes."""
     from builder.measure.settings import gate_settings
 
     model = tmp_path / "model"
     model.mkdir()
     (model / "config.json").write_text(json.dumps(
         gen.text_config(gen.SmallQwen4Exp(), vocab_size=49280, bos=1, eos=2, pad=2)))
-    # As on the device: the driver's builder is the copied run tree's (call 22 lacked the patch series).
+    # As on the device: the driver's builder is the copied run tree's, which must hold the patch series.
     import subprocess
     import sys
 
@@ -217,7 +218,7 @@ def test_tp2_ep_layout_is_cmp170hx_x2s_split_on_the_small_model(target_data):
 
 
 def test_tp2_ep_calls_ask_for_the_two_gpu_kind(tmp_path):
-    calls = device_calls(out=tmp_path, repo_rel=".dev/e", pieces=["piece-00", "piece-01"], budget_s=510, layout="tp2-ep")
+    calls = host_calls(out=tmp_path, repo_rel=".dev/e", pieces=["piece-00", "piece-01"], budget_s=510, layout="tp2-ep")
     assert {c["kind"] for c in calls} == {"nvidia-h200-x2"}
     assert "--layout tp2-ep" in calls[-1]["command"]
 
@@ -230,7 +231,7 @@ def test_graphs_turn_eager_off_and_put_cutlass_on_the_path_only_when_asked(tmp_p
     site = str(tmp_path / device.GRAPHS_SITE)
     assert site not in device.python_env(tmp_path)["PYTHONPATH"].split(":")
     assert device.python_env(tmp_path, graphs=True)["PYTHONPATH"].split(":")[0] == site
-    calls = device_calls(out=tmp_path, repo_rel=".dev/e", pieces=["piece-00"], budget_s=510, graphs=True)
+    calls = host_calls(out=tmp_path, repo_rel=".dev/e", pieces=["piece-00"], budget_s=510, graphs=True)
     assert "--graphs" in calls[-1]["command"]
 
 
@@ -245,7 +246,7 @@ def test_graphs_without_cutlass_in_the_carry_is_refused_with_the_fix(tmp_path):
 
 def test_graphs_path_follows_the_cutlass_dsl_pth_file(tmp_path):
     """nvidia-cutlass-dsl's `cutlass` is reachable only through its .pth file, which a PYTHONPATH
-    entry never runs (call 38: every graphs server died on `No module named 'cutlass'`)."""
+    entry never runs (without it every graphs server dies on `No module named 'cutlass'`)."""
     import subprocess
     import sys
 
@@ -306,8 +307,8 @@ def test_a_cache_too_big_to_come_back_is_said_and_not_left_half_written(tmp_path
 
 
 def test_the_measuring_call_carries_the_cache_only_when_asked(tmp_path):
-    plain = device_calls(out=tmp_path, repo_rel=".dev/e", pieces=["piece-00", "piece-01"], budget_s=510)
-    cached = device_calls(out=tmp_path, repo_rel=".dev/e", pieces=["piece-00", "piece-01"], budget_s=510,
+    plain = host_calls(out=tmp_path, repo_rel=".dev/e", pieces=["piece-00", "piece-01"], budget_s=510)
+    cached = host_calls(out=tmp_path, repo_rel=".dev/e", pieces=["piece-00", "piece-01"], budget_s=510,
                           triton_cache=True)
     assert "--triton-cache" not in plain[-1]["command"] and ".dev/e/caches" not in plain[-1]["carry"]
     assert cached[0] == plain[0]  # the land calls are unchanged
@@ -316,12 +317,11 @@ def test_the_measuring_call_carries_the_cache_only_when_asked(tmp_path):
 
 
 def test_a_piece_is_what_a_call_has_left_after_the_checkout(tmp_path):
-    """Every call sends the checkout too (5.9 MB at call 49, growing with evidence): a piece of the old
-    fixed 56 MiB leaves ~1 MiB; one that no longer fits is refused before anything is built."""
+    """Every call sends the checkout too, and it grows with the evidence: a piece gets what the call has
+    left beside it, and one that no longer fits (a fixed 56 MiB here) is refused before anything is built."""
     import subprocess
 
     from benchmarks.engine.__main__ import CALL_BYTES, prepare, travelling_bytes
-    from builder.errors import EngineHarnessError
 
     repo = tmp_path / "repo"
     repo.mkdir()
@@ -331,7 +331,7 @@ def test_a_piece_is_what_a_call_has_left_after_the_checkout(tmp_path):
     (repo / ".dev").mkdir()
     (repo / ".dev" / "big.bin").write_bytes(b"\0" * (30 << 20))  # ignored: does not travel
     assert travelling_bytes(repo) == (10 << 20) + len(".dev/\n")
-    with pytest.raises(EngineHarnessError, match="does not fit a device call") as err:
+    with pytest.raises(EngineHarnessError, match="does not fit a call to the GPU host") as err:
         prepare(out=repo / ".dev" / "e", repo_root=repo, budget_s=510, piece_mib=56)
     assert "leave --piece-mib out" in err.value.hint
     import re
@@ -342,7 +342,7 @@ def test_a_piece_is_what_a_call_has_left_after_the_checkout(tmp_path):
 
 
 def test_a_server_log_keeps_its_start_up_and_its_end(tmp_path):
-    """Call 33's tails began after start-up, so where the 208 s to ready went was lost."""
+    """A tail alone begins after start-up and loses where the ~200 s to ready went."""
     log_path = tmp_path / "server-int8-checkpoint.log"
     log_path.write_text("\n".join(f"line {i}" for i in range(1000)))
     device.keep_tails({"int8": {"log": log_path}}, tmp_path)
@@ -399,8 +399,8 @@ def test_a_second_measure_on_a_warm_machine_sends_back_only_its_own_results(tmp_
 
 
 def test_a_gate_that_raises_costs_only_its_own_verdict(tmp_path, free_port):
-    """Call 55: api_surface raised (openai's jiter missing) and the arm's kv_pool, determinism and
-    prefix_cache verdicts were lost with it. Against a port nobody listens on every gate raises;
+    """A gate that raises (api_surface without openai's jiter) must not take the arm's kv_pool,
+    determinism and prefix_cache verdicts with it. Against a port nobody listens on every gate raises;
     each must come back under its own name."""
     import asyncio
 
@@ -430,7 +430,7 @@ def test_bench_cells_pick_grid_cells_and_name_a_wrong_one(tmp_path, capsys):
 
 
 def test_an_arm_the_budget_no_longer_covers_is_skipped_and_each_arm_is_reported_as_it_ends(tmp_path, free_port):
-    """Call 70: bf16's 128K x c16 started with 26 s of budget left, ran ~150 s, and the call was
+    """An arm started without the budget to finish (bf16's 128K x c16 with 26 s left runs ~150 s) is
     killed with the cell's results unsent. Here int8's server holds each connection 1.5 s and then
     drops it; fp8 and bf16 listen nowhere. After int8's 1.5 s arm, 0.5 s of budget cannot cover
     the next arm of the same size: fp8 and bf16 are skipped, and int8's result was handed over
@@ -477,8 +477,8 @@ def test_an_arm_the_budget_no_longer_covers_is_skipped_and_each_arm_is_reported_
 
 
 def test_arm_order_is_a_latin_square_so_no_concurrency_level_always_runs_one_arm_first():
-    """Calls 55-97 rotated the arms by cell count: 3 arms over 3 concurrency levels, so every c1 cell
-    ran int8 first, every c4 fp8 and every c16 bf16. Now each arm goes first once per level across the
+    """A rotation by cell count puts 3 arms over 3 concurrency levels in step, so every c1 cell would
+    run int8 first, every c4 fp8 and every c16 bf16. Here each arm goes first once per level across the
     prompt lengths and once per length across the levels, and a repeat shifts the whole square."""
     arms = ["int8", "fp8", "bf16"]
     first = {(n, c): device.arm_order(arms, n, c)[0] for n in device.BENCH_LENGTHS for c in device.BENCH_CONCURRENCY}
@@ -527,7 +527,7 @@ def test_every_arm_of_a_cell_is_sent_the_same_prompts_against_a_real_server(cpu_
 
     import httpx
 
-    from builder.measure.core import bench
+    from builder.measure import client as bench
 
     async def served() -> str:
         async with httpx.AsyncClient() as client:

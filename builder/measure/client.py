@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """Streaming benchmark for an OpenAI-compatible vLLM server. Needs only httpx.
 
-This file is the single source of truth for the release's client and metric math: the bundle
-ships it as-is, and the builder (builder/measure) loads it by path.
+This module (builder.measure.client) is the single source of the release's client and metric
+math: the builder imports it, and every bundle ships its source as benchmark_vllm.py, so it
+imports nothing of the builder.
 
 Metric definitions follow `vllm bench serve`, so numbers compare:
   TTFT  start -> first `data:` event that carries `choices` (even with empty text)

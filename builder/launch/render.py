@@ -20,8 +20,8 @@ from builder.constants import (
     LAUNCH_TEMPLATES_DIR,
 )
 from builder.errors import RenderError
-from builder.render.container import COMPOSE_NAME, compose_yaml
-from builder.render.environment import make_environment, render_template
+from builder.launch.compose import COMPOSE_NAME, compose_yaml
+from builder.launch.environment import make_environment, render_template
 
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 

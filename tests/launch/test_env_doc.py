@@ -5,8 +5,8 @@ from __future__ import annotations
 import jinja2
 import pytest
 
-from builder.render import env_escape, make_environment, md_code, one_line, shell_quote
-from builder.render.environment import render_template
+from builder.launch import env_escape, make_environment, md_code, one_line, shell_quote
+from builder.launch.environment import render_template
 from builder.errors import RenderError
 
 

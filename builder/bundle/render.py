@@ -18,9 +18,9 @@ from builder.constants import (
     SOURCE_TREES,
 )
 from builder.errors import RenderError
-from builder.render.card import card_context, plan_for_card, render_card
-from builder.render.environment import make_environment
-from builder.render.launch import render_launch
+from builder.bundle.card import card_context, plan_for_card, render_card
+from builder.launch.environment import make_environment
+from builder.launch.render import render_launch
 
 #: Top-level names `render` writes, besides its CHECKSUMS.sha256.
 RENDER_TOP_LEVEL = {"launch", CARD_NAME}

@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict
 import builder
 from builder.config import LaunchPlan, ReleaseConfig, config_digest
 from builder.constants import (
+    BENCHMARK_NAME,
     BENCH_EVIDENCE_GLOB,
     BUNDLE_MANIFEST_NAME,
     CARD_NAME,
@@ -31,9 +32,9 @@ from builder.errors import BuilderError, RenderError
 from builder.measure.evidence import load_gate_evidence
 from builder.plan import plan_target
 from builder.plan.models import CapacityPlan
-from builder.render.capacity import CapacitySection, capacity_section
-from builder.render.container import COMPOSE_NAME, docker_run_line
-from builder.render.environment import make_environment, render_template
+from builder.bundle.card_capacity import CapacitySection, capacity_section
+from builder.launch.compose import COMPOSE_NAME, docker_run_line
+from builder.launch.environment import make_environment, render_template
 
 NOT_MEASURED = "not measured"
 
@@ -70,7 +71,7 @@ FILE_ROLES: tuple[tuple[str, str], ...] = (
     (f"evidence/{BENCH_EVIDENCE_GLOB}", "benchmark result (vLLM bench serve keys)"),
     ("evidence/*.json", "gate evidence: verdict, thresholds and raw records"),
     ("evidence/*", "evidence"),
-    ("benchmark_vllm.py", "streaming benchmark that produced the benchmark numbers"),
+    (BENCHMARK_NAME, "streaming benchmark that produced the benchmark numbers"),
     (BUNDLE_MANIFEST_NAME, "manifest: target, engine, KV dtype, config digest, patch-series sha256"),
     (CHECKSUMS_NAME, "sha256 of every other file (`sha256sum -c --strict CHECKSUMS.sha256`)"),
 )

@@ -12,7 +12,7 @@ from builder.config import config_digest, launch_plan, load_target
 from builder.errors import RenderError
 from builder.constants import EVIDENCE_DIR
 from builder.plan import plan_target
-from builder.render import card_context, plan_for_card, render_card
+from builder.bundle.card import card_context, plan_for_card, render_card
 
 
 def _card(tmp_path, target="gb10", files=("README.md",), kernels_dir=None, cfg=None):
@@ -114,7 +114,7 @@ def test_plan_warnings_are_caveats(tmp_path):
 
 
 def test_only_top_level_gate_files_are_called_gate_evidence():
-    from builder.render.card import describe_file
+    from builder.bundle.card import describe_file
 
     assert describe_file("evidence/needle.json").startswith("gate evidence")
     assert describe_file("evidence/bench-decode.json").startswith("benchmark result")

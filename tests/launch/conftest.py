@@ -12,7 +12,7 @@ import pytest
 from builder.config import launch_plan, load_target, parse_config
 from builder.config.ple import PLE_TABLE_DIR_ENV
 from builder.constants import LAUNCH_ENV_DOC_NAME, LAUNCH_SCRIPT_NAME
-from builder.render import render_launch
+from builder.launch import render_launch
 from tests.conftest import on_fork_preview
 
 SHIPPED = ["gb10", "cmp170hx-x2", "h200"]

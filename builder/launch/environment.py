@@ -93,7 +93,7 @@ def render_template(env: jinja2.Environment, name: str, context: dict) -> str:
     try:
         return env.get_template(name).render(**context)
     except jinja2.TemplateNotFound as exc:
-        raise RenderError(f"template {name} not found", hint="restore it from git (bundle/launch/ or bundle/)") from exc
+        raise RenderError(f"template {name} not found", hint="restore it from git (builder/launch/templates/ or builder/bundle/templates/)") from exc
     except jinja2.UndefinedError as exc:
         raise RenderError(f"template {name}: {exc.message}", hint="pass the variable or fix the template") from exc
     except jinja2.TemplateSyntaxError as exc:

@@ -12,8 +12,8 @@ import pytest
 from builder.config import launch_plan, load_target, parse_config
 from builder.config.ple import PLE_TABLE_DIR_ENV
 from builder.errors import RenderError
-from builder.render import render_launch
-from tests.render.conftest import dry_run, launch_inputs, run_script
+from builder.launch import render_launch
+from tests.launch.conftest import dry_run, launch_inputs, run_script
 
 
 def test_shellcheck_and_bash_n(rendered):

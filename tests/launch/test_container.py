@@ -11,7 +11,7 @@ import yaml
 
 from builder.config import available_targets, launch_plan, load_target
 from builder.constants import REPO_ROOT
-from builder.render.container import compose_yaml, docker_run_line
+from builder.launch.compose import compose_yaml, docker_run_line
 
 TARGETS = available_targets()
 
@@ -70,7 +70,7 @@ def test_docker_compose_config_accepts_it(name, tmp_path):
 
 
 def test_card_shows_the_docker_run_line(tmp_path):
-    from builder.render import render_to
+    from builder.bundle.render import render_to
 
     render_to(target="h200", out=tmp_path / "r", evidence_root=tmp_path / "none")
     card = (tmp_path / "r" / "README.md").read_text()

@@ -10,7 +10,7 @@ import pytest
 
 from builder.constants import REPO_ROOT
 from builder.errors import RenderError
-from builder.render import render_to
+from builder.bundle.render import render_to
 
 RENDERED = [
     "CHECKSUMS.sha256", "README.md", "launch/ENV.md", "launch/compose.yaml", "launch/qfn_stream_shutdown.py",
@@ -76,7 +76,7 @@ def test_render_does_not_replace_a_bundle(tmp_path):
     assert (bundle / "bundle.json").is_file()
 
 
-@pytest.mark.parametrize("rel", ["bundle/launch/out", "bundle", "targets/r", "evidence/cpu-smoke/r", "builder/render/out"])
+@pytest.mark.parametrize("rel", ["bundle/launch/out", "bundle", "targets/r", "evidence/cpu-smoke/r", "builder/launch/out"])
 def test_out_inside_the_sources_is_refused(rel):
     out = REPO_ROOT / rel
     existed = out.exists()
