@@ -24,7 +24,7 @@ venv: $(STAMP)
 # see evidence/images/ for their logs; `make test-gpu-image` runs them.
 test: $(STAMP)
 	bash scripts/host-setup.sh
-	$(BIN)/python -m pytest -q -m "not gpu_image"
+	$(BIN)/python -m pytest -q -m "not gpu_image" --durations=20
 
 # No docker daemon, no image builds, no served model: the quick loop while editing.
 FAST_MARKERS ?= not docker and not slow and not gpu_image and not engine_lint
@@ -126,6 +126,14 @@ PLATFORM ?= linux/amd64
 base-lock: $(STAMP)
 	bash scripts/host-setup.sh $(if $(filter linux/arm64,$(PLATFORM)),--emulation)
 	$(BIN)/python -m builder base lock --platform $(PLATFORM) $(if $(CA_BUNDLE),--ca-bundle $(CA_BUNDLE))
+
+# Every claim of evidence/claims.toml against its files; README's claims table from the ledger.
+.PHONY: evidence-check evidence-table
+evidence-check: $(STAMP)
+	$(BIN)/builder evidence check
+
+evidence-table: $(STAMP)
+	$(BIN)/builder evidence table --write
 
 # The launch lint without an image (vllm==0.33.0 without CUDA in a cached venv).
 lint: $(STAMP)

@@ -1,5 +1,5 @@
 """The `docker run` line and compose.yaml of every target come from its launch plan, and are the
-ones the README and the model card show; `docker compose config` accepts each compose file."""
+ones docs/images.md and the model card show; `docker compose config` accepts each compose file."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ def _compose(name: str) -> dict:
 
 @pytest.mark.parametrize("name", TARGETS)
 def test_readme_shows_each_targets_rendered_docker_run_line(name):
-    assert docker_run_line(launch_plan(load_target(name))) in (REPO_ROOT / "README.md").read_text()
+    assert docker_run_line(launch_plan(load_target(name))) in (REPO_ROOT / "docs" / "images.md").read_text()
 
 
 @pytest.mark.parametrize("name", TARGETS)

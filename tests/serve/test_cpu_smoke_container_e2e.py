@@ -1,4 +1,4 @@
-"""The cpu-smoke image used the way users of vLLM's image use it, with real parts: the README's
+"""The cpu-smoke image used the way users of vLLM's image use it, with real parts: docs/images.md's
 commands, its plain `docker run` line with flags after the image name, an API key, a stop with
 an open stream, an engine death, and the run-time compiler the engine needs.
 
@@ -30,7 +30,7 @@ from builder.serve import serve, stop, wait_ready
 pytestmark = [pytest.mark.docker, pytest.mark.slow, pytest.mark.timeout(2400)]
 
 READY_TIMEOUT_S = 20 * 60
-README = (REPO_ROOT / "README.md").read_text()
+DOCS = (REPO_ROOT / "docs" / "images.md").read_text()
 
 
 @pytest.fixture(scope="module")
@@ -44,8 +44,8 @@ def model_dir():
 
 
 def _readme_block(after: str) -> str:
-    """The first ```bash block after the line `after` in the README."""
-    tail = README[README.index(after):]
+    """The first ```bash block after the line `after` in docs/images.md."""
+    tail = DOCS[DOCS.index(after):]
     return re.search(r"```bash\n(.*?)```", tail, re.S).group(1)
 
 
@@ -78,9 +78,9 @@ def test_torch_compile_works_in_the_image(image, docker_client):
 
 
 def _run_line(*, name: str, port: int, server_port: int, model_dir) -> list[str]:
-    """The README's cpu-smoke `docker run` line as a shell would split it, with our name and port."""
+    """The cpu-smoke `docker run` line of docs/images.md as a shell would split it, with our name and port."""
     block = _readme_block("cpu-smoke:\n")
-    assert block.strip() == docker_run_line(launch_plan(load_target("cpu-smoke"))).strip()  # README = rendered plan
+    assert block.strip() == docker_run_line(launch_plan(load_target("cpu-smoke"))).strip()  # the docs = rendered plan
     words = shlex.split(block.replace("\\\n", " "))
     words = [os.path.expandvars(w) if "$MODEL_DIR" in w else w for w in words]
     words[words.index("--name") + 1] = name
@@ -204,13 +204,13 @@ def test_engine_death_exits_non_zero_and_serve_overrides_reach_the_server(cpu_sm
 
 
 def test_readme_quickstart_serves_and_stops_without_touching_tracked_files(free_port, docker_client, cpu_smoke_image):
-    """The README's serve commands as written, in the checkout; only the host port and container
+    """The serve commands of docs/images.md as written, in the checkout; only the host port and container
     name come from the environment (make reads PORT and NAME), so a parallel run cannot collide."""
     name = f"qfn-int8kv-cpu-smoke-readme-{free_port}"
     env = {**os.environ, "PORT": str(free_port), "NAME": name}
     env.pop("VLLM_API_KEY", None)
     before = subprocess.run(["git", "status", "--porcelain"], cwd=REPO_ROOT, capture_output=True, text=True).stdout
-    commands = [c.split("   #")[0] for c in _readme_block("## Image and serve").replace("\\\n", " ").splitlines() if c.strip()]
+    commands = [c.split("   #")[0] for c in _readme_block("# Image and serve").replace("\\\n", " ").splitlines() if c.strip()]
     assert [c.split()[:2] for c in commands] == [["make", "image"], ["make", "serve"], ["curl", "-s"], ["make", "stop"]]
     try:
         for command in commands:
