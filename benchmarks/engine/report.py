@@ -1,7 +1,10 @@
 """bench.md, bench.png, kv-pools.json and fidelity.json from `device.py measure` summaries (CPU; matplotlib for the plot).
 
     python -m benchmarks.engine.report --out evidence/engine-h200 \
-        --run 33=evidence/engine-h200/runs/call33-summary.json --run 49=evidence/engine-h200/runs/call49-summary.json
+        --run 2026-12-01-graphs-gates-2=evidence/engine-h200/runs/2026-12-01-graphs-gates-2.json \
+        --run 2026-12-02-graphs-bench-2=evidence/engine-h200/runs/2026-12-02-graphs-bench-2.json
+
+Each run goes by the name given before its summary ("run NAME" in every table, plot title and check).
 
 Tables: servers and KV pools, gates, fidelity against bf16 KV, and the bench grid with int8's
 ratios to fp8 and bf16 measured in the same run. Every number is "engine on an H200, small
@@ -51,17 +54,17 @@ def repeats_of(summary: dict) -> list[int]:
 
 
 def graph_samples(runs: list["Run"]) -> list[tuple[str, dict[tuple[int, int], dict[str, dict]]]]:
-    """(label, grid) per CUDA-graph run and repeat: "97" for a run's only or first pass, "99r1" for a later one."""
-    return [(r.call + (f"r{rep}" if rep else ""), cells_by_key(r.summary, rep))
+    """(label, grid) per CUDA-graph run and repeat: the run's name for its only or first pass, "NAME r1" for a later one."""
+    return [(r.name + (f" r{rep}" if rep else ""), cells_by_key(r.summary, rep))
             for r in runs if r.summary.get("graphs") for rep in repeats_of(r.summary)]
 
 
 @dataclass(frozen=True)
 class Run:
-    """One `device.py measure` summary and the number its run goes by (the N of evidence's callN-summary.json)."""
+    """One `device.py measure` summary: the name its run goes by (given with --run), its file's name, its content."""
 
-    call: str
     name: str
+    file: str
     summary: dict
 
     @property
@@ -133,7 +136,7 @@ def _graphs_over_eager(runs: list[Run]) -> list[str]:
             _ratio(g[key].get(a, {}).get("mean_decode_tok_s"), e[key].get(a, {}).get("mean_decode_tok_s")) for a in ARMS) + " |")
     if not rows:
         return []
-    return ["", f"## CUDA graphs over eager (decode tok/s, call {graphs.call} over call {eager.call})", "",
+    return ["", f"## CUDA graphs over eager (decode tok/s, run {graphs.name} over run {eager.name})", "",
             "| prompt | conc. | " + " | ".join(ARMS) + " |", "|---|---|" + "---|" * len(ARMS), *rows]
 
 
@@ -149,15 +152,15 @@ def _across_runs(runs: list[Run]) -> list[str]:
             continue
         cols = []
         for metric, other in (("mean_decode_tok_s", "fp8"), ("mean_decode_tok_s", "bf16"), ("mean_ttft_ms", "fp8")):
-            ratios = [(call, arms["int8"].get(metric), arms[other].get(metric)) for call, arms in seen]
+            ratios = [(label, arms["int8"].get(metric), arms[other].get(metric)) for label, arms in seen]
             vals = [a / b for _, a, b in ratios if a and b]
             if metric == "mean_decode_tok_s" and other == "fp8" and vals:
                 spreads.append(max(vals) / min(vals))
-            cols.append(", ".join(f"{_ratio(a, b)} ({call})" for call, a, b in ratios))
+            cols.append(", ".join(f"{_ratio(a, b)} ({label})" for label, a, b in ratios))
         rows.append(f"| {key[0] // 1024}K | {key[1]} | " + " | ".join(cols) + " |")
     if not rows:
         return []
-    return ["", "## The same cell across CUDA-graph runs (int8's ratios, call in brackets; r1, r2: its repeats)", "",
+    return ["", "## The same cell across CUDA-graph runs (int8's ratios, run in brackets; r1, r2: its repeats)", "",
             "| prompt | conc. | decode int8/fp8 | decode int8/bf16 | TTFT int8/fp8 |", "|---|---|---|---|---|", *rows, "",
             f"One cell's decode int8/fp8 moves by up to {max(spreads):.2f}x between runs (median "
             f"{sorted(spreads)[len(spreads) // 2]:.2f}x): larger than any steady difference between the arms, so these "
@@ -165,8 +168,8 @@ def _across_runs(runs: list[Run]) -> list[str]:
 
 
 def markdown(runs: list[Run]) -> str:
-    calls = ", ".join(r.call for r in runs)
-    lines = [f"# Engine bench, call{'s' if len(runs) > 1 else ''} {calls}: {LABEL}", ""]
+    names = ", ".join(r.name for r in runs)
+    lines = [f"# Engine bench, run{'s' if len(runs) > 1 else ''} {names}: {LABEL}", ""]
     with_model = _last(runs, lambda s: s.get("model", {}).get("spec"))
     if with_model:
         spec, m = with_model.summary["model"]["spec"], with_model.summary["model"]
@@ -174,14 +177,14 @@ def markdown(runs: list[Run]) -> str:
                   f"{spec.get('num_attention_heads')} q / {spec.get('num_key_value_heads')} KV heads x {spec.get('head_dim')}, "
                   f"indexer {spec.get('indexer_n_heads')} x {spec.get('indexer_head_dim')}, budget {spec.get('indexer_budget')}; "
                   f"{m.get('parameters', 0):,} parameters, weights: {with_model.summary.get('weights')}.", ""]
-    lines += ["## Runs", "", "| call | mode | phases run | ready after (s) int8 / fp8 / bf16 | total (s) |", "|---|---|---|---|---|"]
+    lines += ["## Runs", "", "| run | mode | phases run | ready after (s) int8 / fp8 / bf16 | total (s) |", "|---|---|---|---|---|"]
     for r in runs:
         phases = [k[:-2] for k in r.summary.get("phases", {}) if k.endswith("_s") and k[:-2] in ("gates", "determinism_probe", "fidelity", "bench")]
-        lines.append(f"| {r.call} | {r.mode} | {', '.join(phases) or 'none'} | "
+        lines.append(f"| {r.name} | {r.mode} | {', '.join(phases) or 'none'} | "
                      + " / ".join(_fmt(r.ready.get(a), '.0f') if r.ready.get(a) else ("not ready" if a in r.ready else "-") for a in ARMS)
                      + f" | {_fmt(r.summary.get('phases', {}).get('total_s'), '.0f')} |")
     g = gates_run(runs)
-    lines += ["", "## KV pools" + (f" (call {g.call})" if g else ""), ""]
+    lines += ["", "## KV pools" + (f" (run {g.name})" if g else ""), ""]
     if g:
         summary = g.summary
         lines += ["| arm | KV pool (tokens) | planned | measured / planned |", "|---|---|---|---|"]
@@ -194,7 +197,7 @@ def markdown(runs: list[Run]) -> str:
         kv_gib = {(pool_observed(summary, a).get("plan") or {}).get("planned_kv_bytes", 0) / (1 << 30) for a in ARMS} - {0}
         same = f" (the same {kv_gib.pop():g} GiB per server)" if len(kv_gib) == 1 else ""
         lines += ["", f"int8 / fp8 pool: {_ratio(pools['int8'], pools['fp8'])}; int8 / bf16 pool: "
-                  f"{_ratio(pools['int8'], pools['bf16'])}{same}.", "", f"## Gates (call {g.call})", "",
+                  f"{_ratio(pools['int8'], pools['bf16'])}{same}.", "", f"## Gates (run {g.name})", "",
                   "| gate | " + " | ".join(ARMS) + " |", "|---|" + "---|" * len(ARMS)]
         gates = summary.get("gates", {})
         for name in sorted({n for a in ARMS for n in gates.get(a, {}) if n != "error"}):
@@ -213,7 +216,7 @@ def markdown(runs: list[Run]) -> str:
     else:
         lines.append("No run measured the gates.")
     f_run = _last(runs, lambda s: s.get("fidelity", {}).get("compare")) or _last(runs, lambda s: "fidelity" in s)
-    lines += ["", "## Fidelity against bf16 KV" + (f" (call {f_run.call}, {f_run.mode})" if f_run else ""), ""]
+    lines += ["", "## Fidelity against bf16 KV" + (f" (run {f_run.name}, {f_run.mode})" if f_run else ""), ""]
     fid = f_run.summary["fidelity"] if f_run else {}
     if fid.get("compare"):
         lines += [f"{fid.get('prompts')} prompts of {fid.get('prompt_tokens')} tokens, {fid.get('greedy_tokens')} greedy "
@@ -230,7 +233,7 @@ def markdown(runs: list[Run]) -> str:
         lines.append(f"Not measured: {fid.get('error', 'no fidelity phase in these runs')}")
     for r in runs:
         if "bench" in r.summary:
-            lines += ["", f"## Bench, call {r.call}, {r.mode} (arms interleaved per cell, rotating order; 64 output tokens)", "",
+            lines += ["", f"## Bench, run {r.name}, {r.mode} (arms interleaved per cell, rotating order; 64 output tokens)", "",
                       *_bench_table(r)]
     lines += _graphs_over_eager(runs)
     lines += _across_runs(runs)
@@ -257,7 +260,7 @@ def pool_check(runs: list[Run]):
         kv_bytes.add(plan["planned_kv_bytes"])
     if not arms or len(kv_bytes) != 1:
         return None
-    return EnginePoolCheck(run=f"call {run.call} ({run.name})", label=LABEL, kv_bytes=kv_bytes.pop(), arms=arms)
+    return EnginePoolCheck(run=f"run {run.name} ({run.file})", label=LABEL, kv_bytes=kv_bytes.pop(), arms=arms)
 
 
 #: fidelity.compare's labels and the --kv-cache-dtype each served: the driver's arms, bf16 as the
@@ -277,7 +280,7 @@ def fidelity_check(runs: list[Run]):
     arms = {label: FidelityArm(kv_cache_dtype=FIDELITY_DTYPES[label], prompts=v["prompts"], mean_kl=v["mean_kl"],
                                kl_standard_error=v.get("kl_standard_error"), greedy_agreement=v["greedy_agreement"])
             for label, v in fid["compare"].items() if label in FIDELITY_DTYPES and v.get("prompts")}
-    return EngineFidelityCheck(run=f"call {run.call} ({run.name})", label=LABEL, prompt_tokens=fid["prompt_tokens"],
+    return EngineFidelityCheck(run=f"run {run.name} ({run.file})", label=LABEL, prompt_tokens=fid["prompt_tokens"],
                                greedy_tokens=fid["greedy_tokens"], arms=arms)
 
 
@@ -288,7 +291,7 @@ def _write_model(out: Path, name: str, model) -> None:
 
 
 def _all_arm_ratios(runs: list[Run], other: str) -> dict[tuple[int, int], list[tuple[str, float]]]:
-    """{cell: [(call, int8 / other decode tok/s)]} over the CUDA-graph runs that measured both there."""
+    """{cell: [(run label, int8 / other decode tok/s)]} over the CUDA-graph runs that measured both there."""
     out: dict[tuple[int, int], list[tuple[str, float]]] = {}
     for label, grid in graph_samples(runs):
         for key, arms in grid.items():
@@ -322,7 +325,7 @@ def plot(runs: list[Run], out: Path) -> Path | None:
             for i, arm in enumerate(ARMS):
                 ax.bar([x + (i - 1) * 0.27 for x in xs], [grid[k].get(arm, {}).get(metric, 0) for k in keys], 0.27, label=arm)
             ax.set_xticks(list(xs), [f"{k[0] // 1024}K c{k[1]}" for k in keys], rotation=30)
-            ax.set_title(f"call {run.call}, {run.mode}: {title}", fontsize=10)
+            ax.set_title(f"run {run.name}, {run.mode}: {title}", fontsize=10)
             if row == 0:
                 ax.set_yscale("log")
             else:
@@ -347,19 +350,20 @@ def plot(runs: list[Run], out: Path) -> Path | None:
 
 
 def _run_arg(value: str) -> Run:
-    call, sep, path = value.partition("=")
-    if not sep or not call or not path:
-        raise argparse.ArgumentTypeError(f"{value!r}: give CALL=SUMMARY, e.g. 33=evidence/engine-h200/runs/call33-summary.json")
+    name, sep, path = value.partition("=")
+    if not sep or not name or not path:
+        raise argparse.ArgumentTypeError(
+            f"{value!r}: give NAME=SUMMARY, e.g. 2026-12-02-graphs-bench-2=evidence/engine-h200/runs/2026-12-02-graphs-bench-2.json")
     try:
-        return Run(call=call, name=Path(path).name, summary=json.loads(Path(path).read_text()))
+        return Run(name=name, file=Path(path).name, summary=json.loads(Path(path).read_text()))
     except (OSError, ValueError) as exc:
         raise argparse.ArgumentTypeError(f"{path}: {exc}") from exc
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--run", type=_run_arg, action="append", required=True, metavar="CALL=SUMMARY",
-                   help="a device.py measure summary and its run's number; repeat, oldest first: the gates, the "
+    p.add_argument("--run", type=_run_arg, action="append", required=True, metavar="NAME=SUMMARY",
+                   help="a device.py measure summary and the name its run goes by; repeat, oldest first: the gates, the "
                         "fidelity and the KV pools come from the last run that has them, every bench is shown")
     p.add_argument("--out", type=Path, required=True, help="folder for bench.md, bench.png, kv-pools.json and fidelity.json")
     args = p.parse_args(argv)

@@ -209,7 +209,7 @@ def _engine_check(path: Path, model, what: str):
         return model.model_validate(_read_json(path))
     except ValidationError as exc:
         raise RenderError(f"{path}: not an engine {what}: {exc}",
-                          hint="regenerate it: python -m benchmarks.engine.report --run CALL=SUMMARY --out DIR") from exc
+                          hint="regenerate it: python -m benchmarks.engine.report --run NAME=SUMMARY --out DIR") from exc
 
 
 def engine_pool_note(path: Path) -> str | None:

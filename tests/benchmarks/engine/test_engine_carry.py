@@ -113,8 +113,8 @@ def test_pieces_reassemble_byte_for_byte_and_unpack_as_they_complete(tmp_path):
     assert sum(p.size for p in pieces) == sum(c.size for c in parts)
     manifest = {"components": [c.model_dump() for c in parts], "pieces": [p.model_dump() for p in pieces]}
     state = tmp_path / "state"
-    # call 1 carries only the first piece: only components wholly inside it unpack
-    first = tmp_path / "call1"
+    # the first land carries only the first piece: only components wholly inside it unpack
+    first = tmp_path / "first-land"
     first.mkdir()
     (first / pieces[0].name).write_bytes((tmp_path / "carry" / pieces[0].name).read_bytes())
     land.land_pieces(manifest=manifest, carried=first, state=state)

@@ -116,8 +116,8 @@ def test_weights_follow_the_seeded_init(generated):
 
 def test_mtp_layer_is_numbered_from_zero_in_checkpoint_layout(generated):
     """vLLM 0.33.0's Qwen4ExpMultiTokenPredictor numbers its own layers from 0: a checkpoint naming
-    the drafter after the main stack (mtp.layers.<num_hidden_layers>) fails to load on the H200
-    (evidence/engine-h200/runs/call12-summary.json)."""
+    the drafter after the main stack (mtp.layers.<num_hidden_layers>) fails to load on the H200, every
+    server exiting with `There is no module or parameter named 'layers.8' in Qwen4ExpMultiTokenPredictor`."""
     _, out = generated
     t = tensors(out)
     n = TINY.num_hidden_layers

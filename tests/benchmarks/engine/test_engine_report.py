@@ -1,27 +1,52 @@
-"""bench.md / bench.png / kv-pools.json from the committed H200 measure summaries
-(evidence/engine-h200/runs/) and from runs that measured less."""
+"""bench.md / bench.png / kv-pools.json / fidelity.json from H200 measure summaries: trimmed ones in
+fixtures/ (see its README) for what the report does with a run, the committed ones in
+evidence/engine-h200/runs/ for the committed report."""
 
 from __future__ import annotations
 
 import json
+import re
+from pathlib import Path
 
 import pytest
 
 from benchmarks.engine import report
 from builder.constants import REPO_ROOT
 
+FIXTURES = Path(__file__).parent / "fixtures"
+EAGER_FIDELITY_ERRORS = FIXTURES / "eager-gates-fidelity-errors-bench.json"
+EAGER_FIDELITY_FAILED = FIXTURES / "eager-gates-fidelity-failed-bench.json"
+EAGER_FIDELITY = FIXTURES / "eager-fidelity.json"
+GRAPHS_BF16_NOT_READY = FIXTURES / "graphs-bench-bf16-not-ready.json"
+
+#: The committed runs that make evidence/engine-h200's report, by name (the summary's file stem: date,
+#: eager or CUDA graphs, the phases it measured), oldest first.
 RUNS = REPO_ROOT / "evidence/engine-h200/runs"
-CALL25, CALL33, CALL39, CALL49 = (RUNS / f"call{n}-summary.json" for n in (25, 33, 39, 49))
-CALL55, CALL56, CALL62, CALL69 = (RUNS / f"call{n}-summary.json" for n in (55, 56, 62, 69))
-CALL85, CALL91 = (RUNS / f"call{n}-summary.json" for n in (85, 91))
-CALL96, CALL97, CALL98 = (RUNS / f"call{n}-summary.json" for n in (96, 97, 98))
+EAGER_ALL_PHASES = "2026-12-01-eager-gates-fidelity-bench"
+GRAPHS_FIDELITY_BENCH = "2026-12-01-graphs-fidelity-bench"
+GRAPHS_GATES_BENCH = "2026-12-01-graphs-gates-bench"  # gates one at a time, one picked cell
+GRAPHS_GATES_FIDELITY = "2026-12-01-graphs-gates-fidelity"  # the paired scale tail
+GRAPHS_GATES_1 = "2026-12-01-graphs-gates-1"  # json_mode answered 200, cut
+GRAPHS_GATES_2 = "2026-12-01-graphs-gates-2"  # the expectations allow a cut JSON prefix
+GRAPHS_BENCH_1 = "2026-12-02-graphs-bench-1"  # 128K x c16, int8 only (budget)
+GRAPHS_BENCH_2 = "2026-12-02-graphs-bench-2"  # the whole grid
+GRAPHS_BENCH_3 = "2026-12-02-graphs-bench-3"  # 128K x c16 on all three arms
+REPORT_RUNS = (EAGER_ALL_PHASES, GRAPHS_FIDELITY_BENCH, GRAPHS_GATES_BENCH, GRAPHS_GATES_FIDELITY, GRAPHS_GATES_1,
+               GRAPHS_GATES_2, GRAPHS_BENCH_1, GRAPHS_BENCH_2, GRAPHS_BENCH_3)
+
+
+def committed(*names: str) -> tuple[tuple[str, Path], ...]:
+    """(name, summary) of committed runs, for report_of."""
+    return tuple((name, RUNS / f"{name}.json") for name in names)
 
 
 def test_one_run_gives_its_pools_gates_fidelity_and_bench(tmp_path):
-    assert report.main(["--run", f"25={CALL25}", "--out", str(tmp_path)]) == 0
+    assert report.main(["--run", f"eager-run={EAGER_FIDELITY_ERRORS}", "--out", str(tmp_path)]) == 0
     md = (tmp_path / "bench.md").read_text()
     assert report.LABEL in md  # never the real model's numbers
-    assert "| 25 | eager | gates, fidelity, bench | 203 / 203 / 203 |" in md
+    assert md.startswith("# Engine bench, run eager-run: ")
+    assert "| eager-run | eager | gates, fidelity, bench | 203 / 203 / 203 |" in md
+    assert "## Gates (run eager-run)" in md and "## Bench, run eager-run, eager" in md
     assert "| int8 | 4,588,369 | 4,578,480 | 1.0022 |" in md
     assert "int8 / bf16 pool: 1.90x" in md
     # 8K x c16: 27.6 int8, 30.1 fp8, 18.6 bf16 decode tok/s, measured in the same cell.
@@ -33,10 +58,10 @@ def test_one_run_gives_its_pools_gates_fidelity_and_bench(tmp_path):
 
 
 def report_of(out, runs) -> str:
-    """The report of (run number, summary) pairs, oldest first, written to out; its bench.md."""
+    """The report of (run name, summary) pairs, oldest first, written to out; its bench.md."""
     argv = ["--out", str(out)]
-    for n, path in runs:
-        argv += ["--run", f"{n}={path}"]
+    for name, path in runs:
+        argv += ["--run", f"{name}={path}"]
     assert report.main(argv) == 0
     return (out / "bench.md").read_text()
 
@@ -45,20 +70,22 @@ def test_eager_and_graphs_runs_each_give_what_they_measured(tmp_path):
     """Two eager runs and a CUDA-graphs one: gates and pools from the first eager run, fidelity from
     the second (the first one's comparison failed), both benches, and graphs over eager only where
     both modes measured the cell."""
-    md = report_of(tmp_path, ((33, CALL33), (39, CALL39), (49, CALL49)))
-    assert "## Gates (call 33)" in md and "## Fidelity against bf16 KV (call 39, eager)" in md
+    md = report_of(tmp_path, (("eager-gates", EAGER_FIDELITY_FAILED), ("eager-fidelity", EAGER_FIDELITY),
+                              ("graphs-bench", GRAPHS_BF16_NOT_READY)))
+    assert "## Gates (run eager-gates)" in md and "## Fidelity against bf16 KV (run eager-fidelity, eager)" in md
     assert "| int8 | 100 | 0 | 3.58e-06 |" in md and "| fp8 | 100 | 0 | 8.48e-06 |" in md
     assert "int8 serial 1 of 8, serial_salted 1 of 8" in md
-    assert "| 49 | CUDA graphs | bench | 280 / 282 / not ready |" in md
-    assert "## Bench, call 33, eager" in md and "## Bench, call 49, CUDA graphs" in md
+    assert "| graphs-bench | CUDA graphs | bench | 280 / 282 / not ready |" in md
+    assert "## Bench, run eager-gates, eager" in md and "## Bench, run graphs-bench, CUDA graphs" in md
+    assert "## CUDA graphs over eager (decode tok/s, run graphs-bench over run eager-gates)" in md
     assert "| 8K | 1 | 9.13x | 8.12x | - |" in md  # 235.9 / 25.8 and 230.4 / 28.4
     assert "Not in this run's bench (server not ready): bf16." in md
     pools = json.loads((tmp_path / "kv-pools.json").read_text())
-    assert pools["run"] == "call 33 (call33-summary.json)" and pools["kv_bytes"] == 24 << 30
+    assert pools["run"] == "run eager-gates (eager-gates-fidelity-failed-bench.json)" and pools["kv_bytes"] == 24 << 30
     assert pools["arms"]["int8"] == {"kv_cache_dtype": "int8_per_token_head", "measured_tokens": 4_588_369,
                                      "planned_tokens": 4_578_480}
     fidelity = json.loads((tmp_path / "fidelity.json").read_text())
-    assert fidelity["run"] == "call 39 (call39-summary.json)" and fidelity["label"] == report.LABEL
+    assert fidelity["run"] == "run eager-fidelity (eager-fidelity.json)" and fidelity["label"] == report.LABEL
     assert {a: (v["kv_cache_dtype"], v["prompts"]) for a, v in fidelity["arms"].items()} == {
         "int8": ("int8_per_token_head", 100), "fp8": ("fp8", 100), "bf16-repeat": ("auto", 100)}
 
@@ -66,8 +93,9 @@ def test_eager_and_graphs_runs_each_give_what_they_measured(tmp_path):
 def test_gates_and_pools_come_from_the_last_run_with_gates_and_fidelity_from_the_last_that_compared(tmp_path):
     """An eager run, a graphs run with fidelity and bench, and a graphs run with the gates one at a
     time and one picked cell: gates and pools from the last, fidelity from the second, every bench."""
-    md = report_of(tmp_path, ((55, CALL55), (56, CALL56), (62, CALL62)))
-    assert "## Gates (call 62)" in md and "## Fidelity against bf16 KV (call 56, CUDA graphs)" in md
+    md = report_of(tmp_path, committed(*REPORT_RUNS[:3]))
+    assert f"## Gates (run {GRAPHS_GATES_BENCH})" in md
+    assert f"## Fidelity against bf16 KV (run {GRAPHS_FIDELITY_BENCH}, CUDA graphs)" in md
     assert "| api_surface | fail: 15/18 checks" in md
     assert "| int8 | 100 | 0 | 4.52e-06 |" in md and "| fp8 | 100 | 0 | 9.2e-06 |" in md
     assert "| int8 | 4,529,669 | 4,510,435 | 1.0043 |" in md
@@ -77,8 +105,9 @@ def test_gates_and_pools_come_from_the_last_run_with_gates_and_fidelity_from_the
 def test_a_later_paired_scale_run_gives_the_gates_pools_and_fidelity(tmp_path):
     """A graphs run with the paired scale tail (gates and fidelity) after those three: gates, pools
     and fidelity from it, the benches of the three before."""
-    md = report_of(tmp_path, ((55, CALL55), (56, CALL56), (62, CALL62), (69, CALL69)))
-    assert "## Gates (call 69)" in md and "## Fidelity against bf16 KV (call 69, CUDA graphs)" in md
+    md = report_of(tmp_path, committed(*REPORT_RUNS[:4]))
+    assert f"## Gates (run {GRAPHS_GATES_FIDELITY})" in md
+    assert f"## Fidelity against bf16 KV (run {GRAPHS_GATES_FIDELITY}, CUDA graphs)" in md
     assert "| api_surface | fail: 17/18 checks, failed: json_mode |" in md
     assert "| int8 | 100 | 0 | 4.57e-06 |" in md and "| fp8 | 100 | 0 | 9.75e-06 |" in md
     assert "| int8 | 4,529,669 | 4,510,435 | 1.0043 |" in md  # the pairing moves no byte of the pool
@@ -88,11 +117,12 @@ def test_gates_pass_json_mode_once_the_expectations_allow_a_cut_prefix(tmp_path)
     """Two more gates runs: in the first json_mode answered 200 but cut (random weights never close
     the object), in the second the expectation file allows a cut JSON prefix. Gates from the second,
     fidelity still from the paired scale run."""
-    runs = ((55, CALL55), (56, CALL56), (62, CALL62), (69, CALL69), (85, CALL85), (91, CALL91))
+    runs = committed(*REPORT_RUNS[:6])
     md = report_of(tmp_path, runs)
-    assert "## Gates (call 91)" in md and "## Fidelity against bf16 KV (call 69, CUDA graphs)" in md
+    assert f"## Gates (run {GRAPHS_GATES_2})" in md
+    assert f"## Fidelity against bf16 KV (run {GRAPHS_GATES_FIDELITY}, CUDA graphs)" in md
     assert "| api_surface | pass: 18/18 checks | pass: 18/18 checks | pass: 18/18 checks |" in md
-    assert "| 91 | CUDA graphs | gates, determinism_probe | 152 / 163 / 167 |" in md  # Triton cache carried
+    assert f"| {GRAPHS_GATES_2} | CUDA graphs | gates, determinism_probe | 152 / 163 / 167 |" in md  # Triton cache carried
     control = report_of(tmp_path / "c", runs[:-1])
     assert "| api_surface | fail: 17/18 checks, failed: json_mode |" in control
 
@@ -102,19 +132,18 @@ def test_the_committed_report_is_its_runs_with_the_graph_grid_and_its_run_to_run
     and 128K x c16 on all three arms. The committed bench.md, kv-pools.json and fidelity.json are what
     these runs give; the across-runs table puts each cell's ratio from the earlier graphs runs beside
     the grid run's."""
-    runs = ((55, CALL55), (56, CALL56), (62, CALL62), (69, CALL69), (85, CALL85), (91, CALL91),
-            (96, CALL96), (97, CALL97), (98, CALL98))
-    md = report_of(tmp_path, runs)
+    md = report_of(tmp_path, committed(*REPORT_RUNS))
     assert md == (REPO_ROOT / "evidence/engine-h200/bench.md").read_text()
     for name in ("kv-pools.json", "fidelity.json"):
         assert (tmp_path / name).read_text() == (REPO_ROOT / "evidence/engine-h200" / name).read_text()
     assert "| 128K | 16 | 8904 / 12221 / 9930 | 29.5 / 22.6 / 28.9 | 1.31x | 1.02x | 0.00 |" in md
-    call96 = md.split("## Bench, call 96")[1].split("## Bench, call 97")[0]
-    assert "Skipped for the device budget: 128K x c16 (fp8), 128K x c16 (bf16)." in call96
-    assert "server not ready" not in call96  # skipped arms were ready: the budget, not the server, left them out
-    assert "| 32K | 1 | 1.01x (56), 0.68x (97) |" in md
+    int8_only = md.split(f"## Bench, run {GRAPHS_BENCH_1},")[1].split(f"## Bench, run {GRAPHS_BENCH_2},")[0]
+    assert "Skipped for the device budget: 128K x c16 (fp8), 128K x c16 (bf16)." in int8_only
+    assert "server not ready" not in int8_only  # skipped arms were ready: the budget, not the server, left them out
+    assert f"| 32K | 1 | 1.01x ({GRAPHS_FIDELITY_BENCH}), 0.68x ({GRAPHS_BENCH_2}) |" in md
     assert "moves by up to 1.68x between runs (median 1.27x)" in md
-    alone = report_of(tmp_path / "c", ((97, CALL97),))
+    assert not re.search(r"\bcalls?\b", md, re.IGNORECASE)  # runs go by the names they were given
+    alone = report_of(tmp_path / "c", committed(GRAPHS_BENCH_2))
     assert "across CUDA-graph runs" not in alone  # one run: nothing to compare it with
 
 
@@ -122,7 +151,7 @@ def test_a_runs_repeats_get_their_own_tables_and_count_as_samples_of_the_spread(
     """`measure --bench-repeats 2`: the 128K x c16 run's cells again as repeat 1 (int8 10% slower
     there). The run's section shows both passes; the across-runs table takes each pass as its own
     sample, so one run with repeats is enough to show a spread."""
-    summary = json.loads(CALL98.read_text())
+    summary = json.loads((RUNS / f"{GRAPHS_BENCH_3}.json").read_text())
     again = []
     for c in summary["bench"]["cells"]:
         c2 = dict(c, repeat=1)
@@ -133,24 +162,24 @@ def test_a_runs_repeats_get_their_own_tables_and_count_as_samples_of_the_spread(
     summary["bench"]["skipped"] = [{"arm": "bf16", "input_len": 131072, "concurrency": 16, "repeat": 2, "reason": "device budget"}]
     path = tmp_path / "s.json"
     path.write_text(json.dumps(summary))
-    md = report_of(tmp_path / "o", ((99, path),))
+    md = report_of(tmp_path / "o", (("repeated", path),))
     assert "Repeat 0 (arm order shifted by 0):" in md and "Repeat 1 (arm order shifted by 1):" in md
     assert "| 128K | 16 | 8904 / 12221 / 9930 | 29.5 / 22.6 / 28.9 | 1.31x |" in md
     assert md.split("Repeat 1 (arm order")[1].count("| 26.6 / 22.6 / 28.9 | 1.18x |") == 1
-    assert "| 128K | 16 | 1.31x (99), 1.18x (99r1) |" in md
+    assert "| 128K | 16 | 1.31x (repeated), 1.18x (repeated r1) |" in md
     assert "Skipped for the device budget: 128K x c16 (bf16, repeat 2)." in md
-    single = report_of(tmp_path / "p", ((98, CALL98),))
+    single = report_of(tmp_path / "p", committed(GRAPHS_BENCH_3))
     assert "Repeat 0" not in single and "across CUDA-graph runs" not in single
 
 
 def test_failed_cells_and_missing_phases_are_said_not_hidden(tmp_path):
-    summary = json.loads(CALL25.read_text())
+    summary = json.loads(EAGER_FIDELITY_ERRORS.read_text())
     summary["fidelity"] = {"error": "RuntimeError: the bf16 KV server is not ready"}
     for c in summary["bench"]["cells"]:
         c.update(error="ReadError: ", completed=0)
     path = tmp_path / "s.json"
     path.write_text(json.dumps(summary))
-    report.main(["--run", f"1={path}", "--out", str(tmp_path / "o")])
+    report.main(["--run", f"failed={path}", "--out", str(tmp_path / "o")])
     md = (tmp_path / "o" / "bench.md").read_text()
     assert "Not measured: RuntimeError: the bf16 KV server is not ready" in md
     assert "15 cells failed" in md
@@ -158,12 +187,12 @@ def test_failed_cells_and_missing_phases_are_said_not_hidden(tmp_path):
     assert not (tmp_path / "o" / "fidelity.json").exists()  # nothing compared, no fidelity check
     del summary["gates"]
     path.write_text(json.dumps(summary))
-    report.main(["--run", f"1={path}", "--out", str(tmp_path / "p")])
+    report.main(["--run", f"no-gates={path}", "--out", str(tmp_path / "p")])
     assert not (tmp_path / "p" / "kv-pools.json").exists()  # no kv_pool gate, no pool check
     assert "No run measured the gates." in (tmp_path / "p" / "bench.md").read_text()
 
 
-def test_a_run_argument_without_its_number_is_refused_with_the_form(tmp_path, capsys):
+def test_a_run_argument_without_its_name_is_refused_with_the_form(tmp_path, capsys):
     with pytest.raises(SystemExit):
-        report.main(["--run", str(CALL25), "--out", str(tmp_path)])
-    assert "give CALL=SUMMARY" in capsys.readouterr().err
+        report.main(["--run", str(EAGER_FIDELITY_ERRORS), "--out", str(tmp_path)])
+    assert "give NAME=SUMMARY" in capsys.readouterr().err
