@@ -40,27 +40,6 @@ def test_a_profile_whose_launch_count_differs_is_refused(tmp_path, monkeypatch):
         qsa_grid_ncu.main()
 
 
-def test_profiled_misses_are_named_from_counters_and_prefill_is_not_called_bytes():
-    # Triton 3.6.0's grid with its two profiles (evidence/kernels/triton36/).
-    old = KERNELS / "triton36"
-    grid = json.loads((old / "qsa-grid-h200.json").read_text())
-    profiled = qsa_grid_report.load_profiled([old / "qsa-grid-ncu-h200.json", old / "qsa-grid-ncu-prefill-h200.json"])
-    lines = {line.split(":")[0].strip(): line for line in qsa_grid_report.summary(grid, profiled).splitlines()
-             if line.startswith("  ctx")}
-    assert "latency at low occupancy (profiled)" in lines["ctx32K prefill 512 w4099 12/1"]
-    assert "latency at low occupancy (profiled)" in lines["ctx32K prefill 2048 w2051 24/2"]
-    assert "memory (profiled)" in lines["ctx128K decode 256x5 w4099 12/1"]
-    assert "memory (profiled)" in lines["ctx256K prefill 2048 w4099 24/2"]  # L2 at 88% of its peak
-    # The engine-swept table's tile reads less here (L2 73%, DRAM 44%): neither bound is near.
-    assert "neither memory nor compute saturated (profiled)" in lines["ctx128K prefill 2048 w2051 24/2"]
-    # Unprofiled prefill misses take their context's profiled limiter: L2 from 128K, latency below.
-    assert lines["ctx256K prefill 2048 w2051 24/2"].split("; ", 1)[1].startswith("L2 throughput:")
-    assert lines["ctx32K prefill 2048 w4099 24/2"].split("; ", 1)[1].startswith("latency at low occupancy:")
-    # Control: without the profiles the old inference called this prefill miss "bytes"; now no prefill is.
-    assert "(profiled)" not in qsa_grid_report.summary(grid).split("misses (")[1]
-    assert not any("bytes:" in line for name, line in lines.items() if "prefill" in name)
-
-
 def test_the_current_grid_names_its_profiled_misses():
     """Triton 3.8.0's grid and profiles (evidence/kernels/): the same limiters, from these runs' counters."""
     grid = json.loads((KERNELS / "qsa-grid-h200.json").read_text())
@@ -75,6 +54,9 @@ def test_the_current_grid_names_its_profiled_misses():
     # Unprofiled 128K+ prefill misses quote the profiles' own L2 range, not a fixed one.
     assert "int8 drives at 81-89% of its peak at the profiled 128K-256K prefill points (fp8 72-78%)" in lines[
         "ctx256K prefill 2048 w4099 12/1"]
+    # Control: without the profiles no miss is labelled profiled, and no prefill miss is called "bytes".
+    assert "(profiled)" not in qsa_grid_report.summary(grid).split("misses (")[1]
+    assert not any("bytes:" in line for name, line in lines.items() if "prefill" in name)
 
 
 def test_prefill_l2_range_counts_only_memory_bound_points_from_128k():
