@@ -22,12 +22,14 @@ from builder.constants import (
     BUNDLE_MANIFEST_NAME,
     CARD_NAME,
     CHECKSUMS_NAME,
+    CLAIMS_FILE,
     EVIDENCE_DIR,
     KERNEL_EVIDENCE,
     PATCHES_DIR,
     SOURCE_TREES,
 )
 from builder.errors import BundleError
+from builder.evidence import FOLDER_README, ledger_toml, load_ledger
 from builder.launch import make_environment, render_launch
 
 BUNDLE_PATCHES = "patches"
@@ -63,6 +65,34 @@ def _copy_tree(src: Path, dst: Path) -> int:
     return len(rels)
 
 
+def bundle_evidence_path(rel: str, target: str) -> str:
+    """Where an evidence/ file lands in the bundle: the target's own folder at the top of
+    evidence/, every other folder (kernels/, images/gb10/, ...) under its own name."""
+    own = f"{target}/"
+    return rel[len(own):] if rel.startswith(own) else rel
+
+
+def _copy_evidence(root: Path, target: str, dest: Path) -> None:
+    """The files of the claims that apply to ``target``, each folder's README.md (what it holds),
+    and a ledger of those claims alone: a bundle ships its own evidence, nothing else."""
+    ledger = load_ledger(root)
+    claims = ledger.for_target(target)
+    # A claim may name several targets' folders (one image record each): the bundle takes its own,
+    # and always the files its claims read numbers from.
+    others = {t for c in ledger.claims for t in c.targets} - {target}
+    files = {rel for rel in ledger.files(target) if not others & set(rel.split("/")[:-1])}
+    files |= {n.file for c in claims for n in c.numbers}
+    folders = {Path(rel).parent for rel in files}
+    readmes = {(folder / FOLDER_README).as_posix() for folder in folders if (root / folder / FOLDER_README).is_file()}
+    for rel in sorted(files | readmes):
+        copy_file(root / rel, dest / bundle_evidence_path(rel, target))
+    if claims:
+        rewritten = [c.model_copy(update={"files": [bundle_evidence_path(f, target) for f in c.files if f in files],
+                                          "numbers": [n.model_copy(update={"file": bundle_evidence_path(n.file, target)})
+                                                      for n in c.numbers if n.file in files]}) for c in claims]
+        (dest / CLAIMS_FILE).write_text(ledger_toml(ledger.model_copy(update={"claims": rewritten})))
+
+
 def build_bundle(
     *, target: str, out: Path, sources: BundleSources | None = None, console: Console | None = None
 ) -> BundleResult:
@@ -96,9 +126,7 @@ def build_bundle(
         step(1)
         _copy_tree(sources.patches_dir, stage / BUNDLE_PATCHES)
         step(2)
-        _copy_tree(evidence_dir, stage / BUNDLE_EVIDENCE)
-        if cfg.patches.apply:
-            _copy_tree(sources.evidence_root / KERNEL_EVIDENCE, stage / BUNDLE_EVIDENCE / KERNEL_EVIDENCE)
+        _copy_evidence(sources.evidence_root, cfg.target.name, stage / BUNDLE_EVIDENCE)
         step(3)
         if sources.benchmark.is_file():
             copy_file(sources.benchmark, stage / BENCHMARK_NAME)

@@ -23,12 +23,14 @@ from builder.constants import (
     BUNDLE_MANIFEST_NAME,
     CARD_NAME,
     CHECKSUMS_NAME,
+    CLAIMS_FILE,
     ENV_DRY_RUN,
     LAUNCH_ENV_DOC_NAME,
     LAUNCH_MIDDLEWARE_NAME,
     LAUNCH_SCRIPT_NAME,
 )
 from builder.errors import BuilderError, RenderError
+from builder.evidence import load_ledger
 from builder.measure.evidence import load_gate_evidence
 from builder.plan import plan_target
 from builder.plan.models import CapacityPlan
@@ -121,6 +123,7 @@ class CardContext(BaseModel):
     capacity: CapacitySection
     files: list[tuple[str, str]]
     docker_run: str
+    claims: list[tuple[str, str]] = []
     compose_name: str = COMPOSE_NAME
     not_measured: str = NOT_MEASURED
     script_name: str = LAUNCH_SCRIPT_NAME
@@ -161,7 +164,9 @@ def file_rows(files: list[str], *, evidence_dir: Path, kernels_dir: Path | None)
             role = _readme_heading(evidence_dir) or EVIDENCE_TOP_ROLE
             rows.append(("`evidence/`", f"{role} ({count} at the top level)"))
             continue
-        source = kernels_dir if sub == "kernels" else evidence_dir / sub
+        # The target's own folders sit at the top of the bundle's evidence/; others keep their names.
+        own = evidence_dir / sub
+        source = kernels_dir if sub == "kernels" else own if own.is_dir() else evidence_dir.parent / sub
         role = _readme_heading(source) or next(r for p, r in EVIDENCE_FOLDER_ROLES if fnmatch.fnmatchcase(sub, p))
         rows.append((f"`evidence/{sub}/`", f"{role} ({count})"))
     return rows
@@ -252,7 +257,16 @@ def card_context(
         capacity=capacity_section(capacity, plan_error=capacity_error, evidence_dir=evidence_dir, kernels_dir=kernels_dir),
         files=file_rows(files, evidence_dir=evidence_dir, kernels_dir=kernels_dir),
         docker_run=docker_run_line(plan),
+        claims=claim_rows(evidence_dir.parent, cfg.target.name),
     )
+
+
+def claim_rows(evidence_root: Path, target: str) -> list[tuple[str, str]]:
+    """(claim as stated, how it was measured) for each claim of the ledger that applies to ``target``;
+    none where the evidence has no ledger."""
+    if not (evidence_root / CLAIMS_FILE).is_file():
+        return []
+    return [(c.text(), f"{c.date}, {c.hardware}; {c.software}; `{c.command}`") for c in load_ledger(evidence_root).for_target(target)]
 
 
 def plan_for_card(cfg: ReleaseConfig) -> tuple[CapacityPlan | None, str | None]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import subprocess
 
 import pytest
@@ -20,7 +21,9 @@ EXPECTED = [
     "benchmark_vllm.py",
     "bundle.json",
     "evidence/bench-decode.json",
+    "evidence/claims.toml",
     "evidence/golden_probes.json",
+    "evidence/kernels/README.md",
     "evidence/kernels/int8_unit_test-h200.log",
     "launch/ENV.md",
     "launch/compose.yaml",
@@ -67,6 +70,47 @@ def test_kernel_evidence_only_travels_with_the_patch_series(tmp_path, sources, q
     result = build_bundle(target="cpu-smoke", out=tmp_path / "cpu", sources=sources, console=quiet)
     assert not any(f.startswith("evidence/kernels/") for f in result.files)
     assert verify_bundle(result.path).ok
+
+
+def test_a_bundle_ships_its_claims_files_and_no_other_targets(tmp_path, sources, quiet):
+    """A claim may name several targets' image records; each bundle takes its own folder's files,
+    and the ledger it ships names only what it ships, so `builder evidence check` holds inside."""
+    from builder import evidence
+
+    root = sources.evidence_root
+    for t in ("gb10", "cmp170hx-x2"):
+        (root / "images" / t).mkdir(parents=True)
+        (root / "images" / t / "build.json").write_text(json.dumps({"size_gb": 9.5}))
+    (root / "claims.toml").write_text((root / "claims.toml").read_text() + IMAGES_CLAIM)
+    result = build_bundle(target="gb10", out=tmp_path / "b", sources=sources, console=quiet)
+    shipped = {f for f in result.files if f.startswith("evidence/")}
+    assert "evidence/images/gb10/build.json" in shipped and not any("cmp170hx-x2" in f for f in shipped)
+    assert "evidence/notes-of-an-old-run.json" not in shipped  # in no claim
+    ledger = evidence.load_ledger(result.path / "evidence")
+    assert [c.id for c in ledger.claims] == ["gates", "kernel-tests", "images"]
+    assert ledger.claims[2].files == ["images/gb10/build.json"]
+    assert evidence.check(root=result.path / "evidence", readme=None) == []
+
+
+IMAGES_CLAIM = """
+[[claims]]
+id = "images"
+subject = "images"
+statement = "every image is {gb} GB"
+targets = ["gb10", "cmp170hx-x2"]
+files = ["images/gb10/build.json", "images/cmp170hx-x2/build.json"]
+command = "builder image --evidence"
+commit = "55d2dec"
+date = 2026-12-03
+hardware = "x86_64"
+software = "docker"
+
+[[claims.numbers]]
+name = "gb"
+value = 9.5
+file = "images/gb10/build.json"
+key = "size_gb"
+"""
 
 
 def test_make_bundle_cmp170hx_passes_sha256sum_inside(tmp_path):
