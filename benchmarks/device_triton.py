@@ -57,7 +57,7 @@ LIBTRITON = "triton/_C/libtriton.so"
 #: x86 branch conversion first (libtriton and ptxas are most of the bytes), then LZMA2 with a dictionary
 #: as large as libtriton. Plain `xz -d` unpacks it.
 XZ_FILTERS = ({"id": lzma.FILTER_X86}, {"id": lzma.FILTER_LZMA2, "preset": 9 | lzma.PRESET_EXTREME, "dict_size": 192 << 20})
-#: The run tool's per-call carry; the repository's tracked files travel in it too.
+#: The remote runner's per-call carry; the repository's tracked files travel in it too.
 CARRY_LIMIT_BYTES = 64 << 20
 
 

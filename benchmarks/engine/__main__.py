@@ -82,7 +82,7 @@ LAYOUT_KINDS = {"tp1": "nvidia-h200", "tp2-ep": "nvidia-h200-x2"}
 def host_calls(*, out: Path, repo_rel: str, pieces: list[str], budget_s: int, layout: str = "tp1",
                  graphs: bool = False, triton_cache: bool = False, measure_args: tuple[str, ...] = ()) -> list[dict]:
     """One call per piece; the last one also measures, with measure_args (--phases, --bench-cells,
-    --bench-repeats) added. Paths are relative to the repo root the run tool sends (carry names them
+    --bench-repeats) added. Paths are relative to the repo root the remote runner sends (carry names them
     there); `kind` is the device kind every call must ask for."""
     run = f"{repo_rel}/run"
     carry_dir = f"{repo_rel}/carry"
@@ -177,7 +177,7 @@ def main(argv: list[str] | None = None) -> int:
     sub = p.add_subparsers(dest="command", required=True)
     sub.add_parser("wheels", help="fetch the locked wheels")
     prep = sub.add_parser("prepare", help="assemble the carry and the calls to the GPU host")
-    prep.add_argument("--out", type=Path, required=True, help="a folder inside the checkout the run tool sends")
+    prep.add_argument("--out", type=Path, required=True, help="a folder inside the checkout the remote runner sends")
     prep.add_argument("--repo-root", type=Path, required=True, help="that checkout's root (calls name paths from it)")
     prep.add_argument("--budget-s", type=int, default=510, help="the measuring call's own budget (its call gets 90 s more, up to the 600 s one call may run)")
     prep.add_argument("--piece-mib", type=int, help="piece size (default: what a call has left after the checkout and run tree)")

@@ -1,6 +1,6 @@
 """The device carry: what the H200 needs to run the patched engine, cut into pieces that fit a call.
 
-The run tool moves at most 64 MiB per call and keeps the machine warm only 30 s after one, so
+The remote runner moves at most 64 MiB per call and keeps the machine warm only 30 s after one, so
 the payload is one byte stream of a few component files, cut into pieces carried over
 back-to-back calls. `manifest.json` names every component and every piece with its size and
 sha256; the device side (`land.py`) checks both before anything is used.

@@ -71,7 +71,7 @@ LOG_HEAD_LINES = 150
 #: machine start from it: a cold cache costs each start ~140 s (H200, eager: 208 s to ready cold, 65 s warm).
 TRITON_CACHE = "triton-cache"
 CACHE_ARCHIVE = "triton-cache.tar.xz"
-#: The run tool takes back 16 MiB a file.
+#: The remote runner takes back 16 MiB a file.
 CACHE_RETURN_BYTES = 15 << 20
 #: benchmarks.engine.model.MARKER (not imported: land runs before pydantic is installed).
 MODEL_MARKER = "qfn-small-model.json"
@@ -340,7 +340,7 @@ def head_and_tail(path: Path, *, head: int = LOG_HEAD_LINES, tail_n: int = LOG_T
 
 
 def keep_tails(servers: dict, work: Path) -> None:
-    """Each server log shrinks to its start-up and its end (the run tool takes back 16 MiB a file)."""
+    """Each server log shrinks to its start-up and its end (the remote runner takes back 16 MiB a file)."""
     for s in servers.values():
         log_path = s["log"]
         if log_path.is_file():
@@ -361,7 +361,7 @@ def restore_cache(archive: Path | None, state: Path) -> int:
 
 
 def save_cache(state: Path, out: Path) -> dict:
-    """The machine's Triton cache as $OUT/triton-cache.tar.xz, when it fits what the run tool takes back."""
+    """The machine's Triton cache as $OUT/triton-cache.tar.xz, when it fits what the remote runner takes back."""
     src = state / TRITON_CACHE
     files = sum(1 for f in src.rglob("*") if f.is_file()) if src.is_dir() else 0
     if not files:
@@ -611,7 +611,7 @@ def parse_bench_cells(text: str) -> frozenset[tuple[int, int]] | None:
 
 
 def pack(out: Path, work: Path, summary: dict) -> None:
-    """Everything into $OUT/results.tar.gz plus summary.json (the run tool takes back 8 files)."""
+    """Everything into $OUT/results.tar.gz plus summary.json (the remote runner takes back 8 files)."""
     import tarfile
 
     (work / "summary.json").write_text(json.dumps(summary, indent=2, default=str))

@@ -99,7 +99,7 @@ def test_pack_refuses_an_archive_too_big_for_one_call_and_leaves_nothing(device_
 
 
 def test_the_repository_size_is_its_tracked_files(device_triton):
-    # What the run tool carries every call; CHECKSUMS.sha256 is one tracked file of many.
+    # What the remote runner carries every call; CHECKSUMS.sha256 is one tracked file of many.
     assert device_triton.repo_bytes() > (REPO_ROOT / "CHECKSUMS.sha256").stat().st_size
 
 

@@ -91,7 +91,7 @@ def test_one_call_per_piece_the_last_measures(tmp_path):
     assert all(" land " in c["command"] for c in calls[:-1])
     assert " measure " in calls[-1]["command"] and "--budget-s 200" in calls[-1]["command"]
     assert calls[-1]["timeout_s"] > 200
-    assert all(len(c["command"]) <= 2000 for c in calls)  # the run tool's limit
+    assert all(len(c["command"]) <= 2000 for c in calls)  # the remote runner's limit
 
 
 def test_the_measuring_call_takes_phases_cells_and_repeats_from_prepare(tmp_path):
@@ -125,7 +125,7 @@ def test_prepare_refuses_a_measuring_budget_one_call_cannot_hold(tmp_path, capsy
         main(["prepare", "--out", str(tmp_path / "o"), "--repo-root", str(tmp_path), "--budget-s", "511"])
     assert "--budget-s must be in 1..510" in capsys.readouterr().err
     calls = host_calls(out=tmp_path, repo_rel=".dev/e", pieces=["piece-00"], budget_s=510)
-    assert calls[-1]["timeout_s"] <= 600  # the run tool's per-call limit
+    assert calls[-1]["timeout_s"] <= 600  # the remote runner's per-call limit
 
 
 def test_the_run_tree_replaces_only_what_copy_run_tree_wrote(tmp_path):
