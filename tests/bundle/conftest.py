@@ -8,53 +8,7 @@ import pytest
 from rich.console import Console
 
 from builder.bundle import BundleSources, build_bundle
-
-
-LEDGER = """
-history = "git log --diff-filter=D -- evidence/"
-
-[[claims]]
-id = "gates"
-subject = "gates"
-statement = "golden probes pass"
-targets = ["gb10"]
-files = ["gb10/golden_probes.json", "gb10/bench-decode.json"]
-command = "builder gates"
-commit = "55d2dec"
-date = 2026-12-01
-hardware = "GB10"
-software = "vLLM 0.33.0"
-
-[[claims]]
-id = "gates-cmp"
-subject = "gates"
-statement = "golden probes pass"
-targets = ["cmp170hx-x2"]
-files = ["cmp170hx-x2/golden_probes.json"]
-command = "builder gates"
-commit = "55d2dec"
-date = 2026-12-01
-hardware = "GB10"
-software = "vLLM 0.33.0"
-
-[[claims]]
-id = "kernel-tests"
-subject = "kernels"
-statement = "{passed} GPU tests pass"
-targets = ["gb10", "cmp170hx-x2", "h200"]
-files = ["kernels/int8_unit_test-h200.log"]
-command = "pytest bundle/patches/int8_unit_test.py"
-commit = "55d2dec"
-date = 2026-12-03
-hardware = "1x H200"
-software = "Triton 3.8.0"
-
-[[claims.numbers]]
-name = "passed"
-value = 62
-file = "kernels/int8_unit_test-h200.log"
-pattern = '(\\d+) passed'
-"""
+from tests.evidence_fixtures import write_ledger
 
 
 @pytest.fixture
@@ -77,7 +31,14 @@ def sources(tmp_path) -> BundleSources:
     (evidence / "gb10" / "bench-decode.json").write_text(json.dumps({"workload": "decode", "mean_ttft_ms": 812.25}))
     (evidence / "gb10" / "notes-of-an-old-run.json").write_text("{}")  # in no claim: never shipped
     (evidence / "kernels" / "README.md").write_text("# Kernel runs on the H200\n")
-    (evidence / "claims.toml").write_text(LEDGER)
+    write_ledger(
+        evidence,
+        {"id": "gates", "targets": ["gb10"], "files": ["gb10/golden_probes.json", "gb10/bench-decode.json"]},
+        {"id": "gates-cmp", "targets": ["cmp170hx-x2"], "files": ["cmp170hx-x2/golden_probes.json"]},
+        {"id": "kernel-tests", "statement": "{passed} GPU tests pass", "targets": ["gb10", "cmp170hx-x2", "h200"],
+         "files": ["kernels/int8_unit_test-h200.log"],
+         "numbers": [{"name": "passed", "value": 62, "file": "kernels/int8_unit_test-h200.log", "pattern": r"(\d+) passed"}]},
+    )
     bench = src / "benchmark_vllm.py"
     bench.write_text("print('bench')\n")
     return BundleSources(patches_dir=patches, evidence_root=evidence, benchmark=bench)

@@ -14,6 +14,7 @@ from builder.bundle import assemble, build_bundle, read_manifest, verify_bundle
 from builder.config import config_digest, load_target
 from builder.constants import REPO_ROOT
 from builder.errors import BundleError, MeasureError, RenderError
+from tests.evidence_fixtures import write_ledger
 
 EXPECTED = [
     "CHECKSUMS.sha256",
@@ -81,7 +82,11 @@ def test_a_bundle_ships_its_claims_files_and_no_other_targets(tmp_path, sources,
     for t in ("gb10", "cmp170hx-x2"):
         (root / "images" / t).mkdir(parents=True)
         (root / "images" / t / "build.json").write_text(json.dumps({"size_gb": 9.5}))
-    (root / "claims.toml").write_text((root / "claims.toml").read_text() + IMAGES_CLAIM)
+    ledger = evidence.load_ledger(root)
+    images = {"id": "images", "statement": "every image is {gb} GB", "targets": ["gb10", "cmp170hx-x2"],
+              "files": ["images/gb10/build.json", "images/cmp170hx-x2/build.json"],
+              "numbers": [{"name": "gb", "value": 9.5, "file": "images/gb10/build.json", "key": "size_gb"}]}
+    write_ledger(root, *(c.model_dump() for c in ledger.claims), images)
     result = build_bundle(target="gb10", out=tmp_path / "b", sources=sources, console=quiet)
     shipped = {f for f in result.files if f.startswith("evidence/")}
     assert "evidence/images/gb10/build.json" in shipped and not any("cmp170hx-x2" in f for f in shipped)
@@ -90,27 +95,6 @@ def test_a_bundle_ships_its_claims_files_and_no_other_targets(tmp_path, sources,
     assert [c.id for c in ledger.claims] == ["gates", "kernel-tests", "images"]
     assert ledger.claims[2].files == ["images/gb10/build.json"]
     assert evidence.check(root=result.path / "evidence", readme=None) == []
-
-
-IMAGES_CLAIM = """
-[[claims]]
-id = "images"
-subject = "images"
-statement = "every image is {gb} GB"
-targets = ["gb10", "cmp170hx-x2"]
-files = ["images/gb10/build.json", "images/cmp170hx-x2/build.json"]
-command = "builder image --evidence"
-commit = "55d2dec"
-date = 2026-12-03
-hardware = "x86_64"
-software = "docker"
-
-[[claims.numbers]]
-name = "gb"
-value = 9.5
-file = "images/gb10/build.json"
-key = "size_gb"
-"""
 
 
 def test_make_bundle_cmp170hx_passes_sha256sum_inside(tmp_path):

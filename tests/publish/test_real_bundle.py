@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import io
-import json
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -16,6 +15,7 @@ from builder.bundle import BundleSources, build_bundle, verify_bundle
 from builder.errors import GatesNotPassed
 from builder.measure.evidence import GateEvidence
 from builder.publish import PublishRequest, publish
+from tests.evidence_fixtures import write_ledger
 
 
 def real_bundle(tmp_path: Path, *, gates: dict[str, str]) -> Path:
@@ -24,10 +24,8 @@ def real_bundle(tmp_path: Path, *, gates: dict[str, str]) -> Path:
     for gate, verdict in gates.items():
         record = GateEvidence(gate=gate, required=True, verdict=verdict, summary="3/3", created=datetime.now(timezone.utc))
         (evidence / f"{gate}.json").write_text(record.model_dump_json(indent=2))
-    files = json.dumps([f"gb10/{gate}.json" for gate in gates])
-    claim = (f'[[claims]]\nid = "gates"\nsubject = "gates"\nstatement = "the gates ran"\ntargets = ["gb10"]\nfiles = {files}\n'
-             'command = "builder gates --target gb10"\ncommit = "55d2dec"\ndate = 2026-12-01\nhardware = "GB10"\nsoftware = "vLLM"\n')
-    (tmp_path / "evidence" / "claims.toml").write_text('history = "git log"\nclaims = []\n' if not gates else f'history = "git log"\n\n{claim}')
+    claims = [{"id": "gates", "targets": ["gb10"], "files": [f"gb10/{gate}.json" for gate in gates]}] if gates else []
+    write_ledger(tmp_path / "evidence", *claims)
     out = tmp_path / "dist" / "gb10"
     build_bundle(target="gb10", out=out, sources=BundleSources(evidence_root=tmp_path / "evidence"), console=Console(file=io.StringIO()))
     return out
