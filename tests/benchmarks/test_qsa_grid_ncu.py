@@ -52,16 +52,28 @@ def test_the_current_grid_names_its_profiled_misses():
     assert "memory (profiled)" in lines["ctx128K prefill 512 w4099 24/2"]
     assert "latency (profiled)" in lines["ctx256K decode 1x5 w2051 24/2"]
     # Unprofiled 128K+ prefill misses quote the profiles' own L2 range, not a fixed one.
-    assert "int8 drives at 81-89% of its peak at the profiled 128K-256K prefill points (fp8 72-78%)" in lines[
-        "ctx256K prefill 2048 w4099 12/1"]
+    ranges = qsa_grid_report.prefill_l2_ranges(profiled)
+    assert (f"int8 drives at {ranges['int8']} of its peak at the profiled 128K-256K prefill points (fp8 {ranges['fp8']})"
+            in lines["ctx256K prefill 2048 w4099 12/1"])
     # Control: without the profiles no miss is labelled profiled, and no prefill miss is called "bytes".
     assert "(profiled)" not in qsa_grid_report.summary(grid).split("misses (")[1]
     assert not any("bytes:" in line for name, line in lines.items() if "prefill" in name)
 
 
+def _point(int8_l2: float, fp8_l2: float, int8_dram: float = 50.0) -> dict:
+    return {"int8": {"l2_pct": int8_l2, "dram_pct": int8_dram}, "fp8": {"l2_pct": fp8_l2, "dram_pct": 40.0}}
+
+
 def test_prefill_l2_range_counts_only_memory_bound_points_from_128k():
-    profiled = qsa_grid_report.load_profiled([KERNELS / "qsa-grid-ncu-h200.json", KERNELS / "qsa-grid-ncu-prefill-h200.json"])
-    assert qsa_grid_report.prefill_l2_ranges(profiled) == {"int8": "81-89%", "fp8": "72-78%"}
-    # Control: ctx128K prefill 2048 w2051 24/2 is profiled too (int8 L2 73%, not memory-bound); counted, it widens the range.
-    assert profiled["ctx128K prefill 2048 w2051 24/2"]["int8"]["l2_pct"] < 80
+    profiled = {
+        "ctx128K prefill 512 w4099 24/2": _point(84.2, 74.9),
+        "ctx256K prefill 2048 w4099 24/2": _point(88.6, 77.5),
+        "ctx256K prefill 512 w2051 12/1": _point(61.0, 58.0, int8_dram=72.0),  # memory-bound through DRAM
+        "ctx128K prefill 2048 w2051 24/2": _point(73.0, 70.0),  # neither bound: not counted
+        "ctx32K prefill 512 w2051 24/2": _point(95.0, 90.0),  # below 128K: not counted
+        "ctx128K decode 64x5 w4099 24/2": _point(99.0, 99.0),  # decode: not counted
+    }
+    assert qsa_grid_report.prefill_l2_ranges(profiled) == {"int8": "61-89%", "fp8": "58-78%"}
+    del profiled["ctx256K prefill 512 w2051 12/1"]
+    assert qsa_grid_report.prefill_l2_ranges(profiled) == {"int8": "84-89%", "fp8": "75-78%"}
     assert qsa_grid_report.prefill_l2_ranges({}) == {"int8": "(no profiled point)", "fp8": "(no profiled point)"}
