@@ -7,10 +7,14 @@ from pathlib import Path
 
 #: Repository root when running from a checkout (targets/, bundle/, evidence/ live here).
 REPO_ROOT = Path(os.environ.get("QFN_REPO_ROOT", Path(__file__).resolve().parent.parent))
-TARGETS_DIR = REPO_ROOT / "targets"
+#: An installed wheel carries the target files and the patch series as package data (pyproject.toml
+#: maps them to builder/_release/); a checkout's own copies win.
+_RELEASE_DATA = Path(__file__).resolve().parent / "_release"
+_IN_CHECKOUT = (REPO_ROOT / "bundle" / "patches" / "series").is_file()
+TARGETS_DIR = REPO_ROOT / "targets" if _IN_CHECKOUT else _RELEASE_DATA / "targets"
 BUNDLE_SRC_DIR = REPO_ROOT / "bundle"
 EVIDENCE_DIR = REPO_ROOT / "evidence"
-PATCHES_DIR = BUNDLE_SRC_DIR / "patches"
+PATCHES_DIR = BUNDLE_SRC_DIR / "patches" if _IN_CHECKOUT else _RELEASE_DATA / "patches"
 
 #: Where downloads (engine wheel, models) are cached between runs.
 CACHE_DIR = Path(os.environ.get("QFN_CACHE_DIR", Path.home() / ".cache" / "qfn-int8kv"))
