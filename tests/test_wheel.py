@@ -13,13 +13,20 @@ from builder.constants import REPO_ROOT, TARGETS_DIR
 
 
 def test_an_installed_wheel_renders_a_target_outside_the_checkout(tmp_path):
+    # Built from a copy of what the wheel is made of: setuptools writes build/ beside its sources.
+    src = tmp_path / "src"
+    for rel in ("builder", "targets", "bundle/patches"):
+        shutil.copytree(REPO_ROOT / rel, src / rel, ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
+    shutil.copy(REPO_ROOT / "pyproject.toml", src / "pyproject.toml")
     build = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", str(tmp_path),
-                            str(REPO_ROOT)], capture_output=True, text=True, timeout=300)
+                            str(src)], capture_output=True, text=True, timeout=300)
     assert build.returncode == 0, build.stderr[-3000:]
     [wheel] = tmp_path.glob("qfn_int8kv-*.whl")
     names = set(zipfile.ZipFile(wheel).namelist())
-    assert {"builder/_release/patches/series", "builder/_release/patches/qsa-int8.diff", "builder/launch/templates/run_qsa_int8kv.sh.j2",
-            "builder/bundle/templates/README.md.j2", "builder/measure/client.py"} <= names
+    data = {p.relative_to(REPO_ROOT).as_posix() for p in (REPO_ROOT / "builder").rglob("*")
+            if p.is_file() and "__pycache__" not in p.parts and p.suffix != ".pyc"}
+    assert data <= names, sorted(data - names)  # every file of the package, templates and data included
+    assert {"builder/_release/patches/series", "builder/_release/patches/qsa-int8.diff"} <= names
     assert {f"builder/_release/targets/{p.name}" for p in TARGETS_DIR.glob("*.toml")} <= names
     site = tmp_path / "site"
     subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(site), str(wheel)], check=True,
