@@ -15,8 +15,9 @@ from builder.errors import DockerError
 from builder.image.recipe import BuildRecipe
 from builder.launch import render_launch
 
-#: What stage 1 needs to run `python -m builder patches ...` against the engine.
-_BUILDER_FILES = ("pyproject.toml", "builder", "bundle/patches")
+#: What stage 1 needs to install the builder and run `python -m builder patches ...` against the
+#: engine: pyproject.toml packages the target files and the series with it.
+_BUILDER_FILES = ("pyproject.toml", "builder", "bundle/patches", "targets")
 
 
 def assemble_context(

@@ -11,7 +11,7 @@ from builder.constants import REPO_ROOT
 
 @pytest.fixture
 def fake_repo(tmp_path_factory):
-    """A checkout holding the real Dockerfile and docker/, a stub builder, and optionally a patch series."""
+    """A checkout holding the real Dockerfile, docker/ and targets/, a stub builder, and optionally a patch series."""
 
     def make(*, series: bool):
         repo = tmp_path_factory.mktemp("repo")
@@ -20,6 +20,7 @@ def fake_repo(tmp_path_factory):
         (repo / "pyproject.toml").write_text("[project]\nname = 'stub'\n")
         (repo / "builder").mkdir()
         (repo / "builder" / "__init__.py").write_text("")
+        shutil.copytree(REPO_ROOT / "targets", repo / "targets")
         if series:
             (repo / "bundle" / "patches").mkdir(parents=True)
             (repo / "bundle" / "patches" / "series").write_text("qsa-int8.diff\n")

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from builder.config import available_targets, load_target
-from builder.constants import OCI_LABEL_PREFIX, QFN_LABEL_PREFIX
+from builder.constants import OCI_LABEL_PREFIX, QFN_LABEL_PREFIX, REPO_ROOT
 from builder.errors import DockerError, ImagePinError
 from builder.image import build_recipe
 from builder.image.context import assemble_context
@@ -143,3 +143,17 @@ def test_context_for_gpu_target_needs_the_series_and_ships_the_builder(pinned, t
     facts = json.loads((ctx / "context/selfcheck/opt/qfn/selfcheck/target.json").read_text())
     assert facts == {"name": "h200", "gpu_arch": "sm_90", "gpu_count": 1, "gpu_memory_gib": 139,
                      "launch_dirs": ["VLLM_PLE_MMAP_TABLE_DIR"]}
+
+
+def test_the_builder_in_a_gpu_context_builds_as_the_image_installs_it(pinned, tmp_path):
+    """Stage 1 runs `pip install --target LIB /tmp/qfn-builder`: the copy in the context must be a
+    whole project (its pyproject names the target files and the series as package data)."""
+    import subprocess
+    import sys
+
+    cfg = pinned("h200")
+    ctx = assemble_context(cfg=cfg, recipe=build_recipe(cfg), out=tmp_path / "ctx", ca_bundle=None, repo_root=REPO_ROOT)
+    built = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", str(tmp_path / "w"),
+                            str(ctx / "context/builder")], capture_output=True, text=True, timeout=300)
+    assert built.returncode == 0, built.stderr[-2000:]
+    assert list((tmp_path / "w").glob("qfn_int8kv-*.whl"))
