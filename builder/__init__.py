@@ -1,3 +1,3 @@
-"""qfn-int8kv release builder: config -> render -> image -> serve -> measure -> bundle -> publish."""
+"""qfn-int8kv release builder: config -> plan -> launch -> image -> serve -> measure -> bundle -> publish."""
 
 __version__ = "0.1.0"
