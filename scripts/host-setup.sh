@@ -14,7 +14,7 @@ esac
 
 need=()
 command -v shellcheck >/dev/null || need+=(shellcheck)
-# strip: benchmarks/device_triton.py trims the Triton it packs for the GPU device (its test runs it).
+# strip: benchmarks/kernels/device_triton.py trims the Triton it packs for the GPU device (its test runs it).
 command -v strip >/dev/null || need+=(binutils)
 if ((docker)); then
   command -v dockerd >/dev/null || need+=(docker.io)

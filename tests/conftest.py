@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import tomllib
 
-from builder.config import parse_config
+# Only builder.constants at import time: tests/gpu/ also runs on a GPU host without the builder's dependencies.
 from builder.constants import ENV_MEASURE_URL, REPO_ROOT, TARGETS_DIR
 from tests.shadowing import describe, shadowed
 
@@ -50,6 +50,7 @@ def on_fork_preview(data: dict) -> dict:
 def pinned(target_data):
     """A shipped target with its base pinned, so code runs past the pin check: base_image to a
     well-formed fake digest; base_lock keeps the shipped pin unless ``lock_digest`` replaces it."""
+    from builder.config import parse_config
 
     def load(name: str, *, lock_digest: str | None = None):
         data = target_data(name)

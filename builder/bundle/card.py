@@ -65,7 +65,7 @@ FILE_ROLES: tuple[tuple[str, str], ...] = (
     ("patches/series", "order in which the patches apply"),
     ("patches/*.diff", "engine patch"),
     ("patches/*.patch", "engine patch"),
-    ("patches/*.py", "standalone check for the patched engine"),
+    ("patches/*.py", "torch helper of the series: loads the patched ops standalone, references, test cases"),
     ("patches/*", "patch series file"),
     # fnmatch's * crosses '/', so sub-folders must be matched before the top-level patterns.
     ("evidence/kernels/*", "patched-kernel evidence: GPU tests, accuracy, benchmarks, compile reports (see its README.md)"),

@@ -18,7 +18,7 @@ from builder.measure.evidence import GateEvidence
 from builder.plan.budget import GIB
 from builder.plan.models import CapacityPlan, EngineFidelityCheck, EnginePoolCheck
 
-#: The kernel grid per selection pattern, the engine's first (benchmarks/qsa_grid.py --selection):
+#: The kernel grid per selection pattern, the engine's first (benchmarks.kernels.grid --selection):
 #: what the indexer hands the kernel, then uniform random tokens (a synthetic stress without runs).
 KERNEL_SPEED_FILES = (("engine", "qsa-grid-engine-h200.json"), ("uniform", "qsa-grid-h200.json"))
 KERNEL_ACCURACY_FILE = "qsa-int8-accuracy.json"

@@ -12,12 +12,10 @@ compile on Hopper and then fail to launch on, say, GB10.
 
 from __future__ import annotations
 
-import importlib.util
 import multiprocessing
 import os
 import re
 import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -27,8 +25,9 @@ from types import ModuleType
 
 from pydantic import BaseModel
 
-from builder.constants import ARCH_MAX_SHARED_BYTES, PATCHES_DIR
+from builder.constants import ARCH_MAX_SHARED_BYTES
 from builder.errors import KernelFitError
+from builder.patches.ops_loader import load_qsa_ops
 
 HEAD_DIM = 256
 SELECTION_WIDTH = 2051  # indexer budget 2048, compress ratio 4
@@ -54,15 +53,6 @@ class AotReport(BaseModel):
     triton_version: str
     max_shared_bytes: int
     configs: list[KernelConfig]
-
-
-def _loader() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("qsa_loader", PATCHES_DIR / "qsa_loader.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["qsa_loader"] = module
-    spec.loader.exec_module(module)
-    return module
 
 
 def _capability(arch: str) -> tuple[int, int]:
@@ -261,7 +251,7 @@ def compile_qsa_kernels(
     """
     import triton
 
-    ops = _loader().load_qsa_ops(Path(engine_root), capability=_capability(arch))
+    ops = load_qsa_ops(Path(engine_root), capability=_capability(arch))
     cuobjdump = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
     limit = ARCH_MAX_SHARED_BYTES[arch]
     sources = _config_sources(ops, arch=arch, page_size=page_size, cache_dtypes=cache_dtypes)

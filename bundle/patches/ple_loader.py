@@ -6,7 +6,7 @@ without the rest of vLLM (the GPU test machine has torch and triton but no vLLM)
 two (the standard logger, the real triton) and imports the REAL file from the tree. Upstream's
 ``_lookup_ple_embedding_from_pinned_kernel`` lives in ``common/ngram_embedding.py``, which
 imports half of vLLM, so its source is cut out of that file unchanged and imported from a
-temporary module. Used by ple_mmap_gpu_test.py and benchmarks/ple_mmap/gpu_bench.py.
+temporary module. Used by tests/gpu/test_ple_mmap.py and benchmarks/ple/gpu_bench.py.
 """
 
 from __future__ import annotations

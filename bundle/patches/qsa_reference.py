@@ -1,7 +1,7 @@
 """Torch references for the QSA INT8 patch: quantize-on-write and sparse paged GQA.
 
 Pure torch, device-agnostic (CPU in CI, CUDA on the GPU machine). Shared by
-int8_unit_test.py, the CPU tests and the benchmarks so that every check compares
+tests/gpu/test_qsa_int8.py, the CPU tests and the benchmarks so that every check compares
 against the same definitions.
 """
 

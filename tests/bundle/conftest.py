@@ -18,8 +18,8 @@ def sources(tmp_path) -> BundleSources:
     (patches / "__pycache__").mkdir(parents=True)
     (patches / "series").write_text("qsa-int8.diff\n")
     (patches / "qsa-int8.diff").write_text("--- a/x\n+++ b/x\n@@ -1 +1 @@\n-a\n+b\n")
-    (patches / "int8_unit_test.py").write_text("print('ok')\n")
-    (patches / "__pycache__" / "int8_unit_test.cpython-311.pyc").write_bytes(b"\0cache")
+    (patches / "qsa_reference.py").write_text("HEAD_DIM = 256\n")
+    (patches / "__pycache__" / "qsa_reference.cpython-311.pyc").write_bytes(b"\0cache")
     evidence = src / "evidence"
     for target in ("gb10", "cmp170hx-x2"):
         (evidence / target).mkdir(parents=True)

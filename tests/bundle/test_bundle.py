@@ -30,8 +30,8 @@ EXPECTED = [
     "launch/compose.yaml",
     "launch/qfn_stream_shutdown.py",
     "launch/run_qsa_int8kv.sh",
-    "patches/int8_unit_test.py",
     "patches/qsa-int8.diff",
+    "patches/qsa_reference.py",
     "patches/series",
 ]
 
@@ -60,7 +60,7 @@ def test_contents_manifest_and_sha256sum(built):
     assert m.config_digest == config_digest(cfg)
     patch_lines = "".join(
         f"{hashlib.sha256((root / 'patches' / n).read_bytes()).hexdigest()}  {n}\n"
-        for n in ("int8_unit_test.py", "qsa-int8.diff", "series")
+        for n in ("qsa-int8.diff", "qsa_reference.py", "series")
     )
     assert m.patch_series_sha256 == hashlib.sha256(patch_lines.encode()).hexdigest()
     assert verify_bundle(root).ok

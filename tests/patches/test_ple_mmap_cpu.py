@@ -1,6 +1,6 @@
 """The ple-mmap patch on CPU, through the patched engine's own PLE classes, in containers.
 
-The same plans as benchmarks/ple_mmap/cpu_proof.py (which writes evidence/ple/cpu.*), at CI size:
+The same plans as benchmarks/ple/cpu_proof.py (which writes evidence/ple/cpu.*), at CI size:
 a bf16 table 2.5x a 1 GiB container limit (the evidence run uses a larger one; CI's disk is shared
 with everything else the suite caches, and this test needs the table twice: checkpoint and file), where upstream's resident table is OOM-killed
 (the control) and the memory-mapped table loads and answers every lookup bit for bit, at TP1 and
@@ -14,7 +14,7 @@ import shutil
 
 import pytest
 
-from benchmarks.ple_mmap import cpu_proof
+from benchmarks.ple import cpu_proof
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 

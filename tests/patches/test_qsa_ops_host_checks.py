@@ -12,9 +12,9 @@ pytest.importorskip("triton")
 
 @pytest.fixture(scope="module")
 def ops(patched_tree):
-    from builder.patches import aot
+    from builder.patches.ops_loader import load_qsa_ops
 
-    return aot._loader().load_qsa_ops(patched_tree, capability=(9, 0))
+    return load_qsa_ops(patched_tree, capability=(9, 0))
 
 
 def _call(ops, *, head_dim: int, scale_heads: int = 2):
@@ -102,7 +102,7 @@ def test_both_scale_layouts_sit_in_the_page_tail_and_pass_the_host_checks(ops):
     """The shipped paired tail and the split one (all K scales, then all V) cover the same tail
     bytes; the wrapper takes either."""
     from qsa_cases import int8_kv_cache
-    from qsa_loader import load_ops_module
+    from builder.patches.ops_loader import load_ops_module
 
     layout = load_ops_module("qsa_kv_layout")
     blocks, page, heads = 8, 16, 2
@@ -124,7 +124,7 @@ def test_only_the_paired_tail_takes_the_one_load_scale_path(ops, monkeypatch):
     """PAIRED_SCALES (one 8-byte load per token's scale pair) for the engine's carve; the split
     tail, and K and V scales that are one tensor, take the two-load path."""
     from qsa_cases import int8_kv_cache
-    from qsa_loader import load_ops_module
+    from builder.patches.ops_loader import load_ops_module
 
     class Launched(Exception):
         pass
@@ -222,7 +222,7 @@ def test_the_int8_path_launches_the_bf16_paths_contract_argument_for_argument(op
     scales: strided Q (a view of a fused projection), a 2-D gate, K and V caches of different
     strides, a caller's output buffer."""
     from qsa_cases import int8_kv_cache
-    from qsa_loader import load_ops_module
+    from builder.patches.ops_loader import load_ops_module
 
     launches = _record_launches(ops, monkeypatch)
     rows, q_heads, kv_heads, dim, page, blocks, width = 5, 24, 2, 256, 16, 8, 40
