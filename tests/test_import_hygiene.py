@@ -2,8 +2,9 @@
 
 transformers imports `kernels` whenever that distribution is installed; one test had put a folder
 holding a `kernels.py` on sys.path, and every later test in the process that converted a model
-failed. Three guards: the tree's script folders take no installed name, no test edits sys.path,
-and conftest fails the test after which a shadowing folder is on sys.path (shown here on a mutant)."""
+failed. Four guards: the tree's script folders take no installed name, no test edits sys.path, no
+benchmark or GPU suite does either, and conftest fails the test after which a shadowing folder is on
+sys.path (shown here on a mutant)."""
 
 from __future__ import annotations
 
@@ -31,6 +32,23 @@ def test_no_test_edits_sys_path():
              for f in _tracked("tests/*.py") if f.name != Path(__file__).name
              for n, line in enumerate(f.read_text().splitlines(), 1) if SYS_PATH_EDIT.search(line)]
     assert not edits, "tests edit sys.path (import by package name instead): " + "; ".join(edits)
+
+
+#: Where a search-path edit is allowed, and why: the chunked transport asks a throwaway interpreter what a
+#: wheel's .pth file adds (nvidia-cutlass-dsl's runs an import line); its own path stays as it was.
+RUNS_SITE_IN_A_CHILD = {"benchmarks/engine/transport/chunked.py"}
+
+
+def test_no_benchmark_and_no_gpu_suite_edits_sys_path():
+    """Benchmarks run as `python -m benchmarks.PACKAGE.SCRIPT` from the repo root and import each other as
+    the package; the GPU suites (tests/gpu/) run under pytest's pythonpath. Both find the series'
+    helpers (bundle/patches) by plain name on the path they are given, never by editing it."""
+    files = [f for f in _tracked("benchmarks/*") + _tracked("tests/gpu/*") if f.suffix in (".py", ".sh")]
+    assert any(f.parent.name == "kernels" for f in files) and any(f.parent.name == "gpu" for f in files)
+    edits = [f"{rel}:{n}: {line.strip()}" for f in files
+             if (rel := f.relative_to(REPO_ROOT).as_posix()) not in RUNS_SITE_IN_A_CHILD
+             for n, line in enumerate(f.read_text().splitlines(), 1) if SYS_PATH_EDIT.search(line)]
+    assert not edits, "benchmarks or GPU suites edit sys.path (import by package name, or set PYTHONPATH): " + "; ".join(edits)
 
 
 def test_no_folder_of_the_tree_shadows_an_installed_distribution():

@@ -1,7 +1,7 @@
-"""Device harness: the patched vLLM 0.33.0 engine serving a small Qwen4Exp model on an H200.
+"""Engine harness: the patched vLLM 0.33.0 serving a small Qwen4Exp model on an H200, measured.
 
-CPU side (here): `python -m benchmarks.engine prepare` assembles the carry (engine tree with the
-series applied, the two stable-ABI op libraries, locked runtime wheels, the tokenizer) in pieces
-that fit one call to the GPU host. Device side: `device.py` lands the pieces, builds the model, serves it
-from the rendered launch plan and measures. See evidence/engine-h200/README.md.
+One driver (`driver.py`) runs the phases (`phases.py`) against servers (`servers.py`); a transport
+(`transport/`) says where the engine, its packages, the tokenizer and the state live and how results go
+back: `local` for a machine that has the GPU and the engine, `chunked` for a remote GPU host reached
+through a runner with per-command limits. `python -m benchmarks.engine --help`; docs/engine-harness.md.
 """

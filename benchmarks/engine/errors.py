@@ -7,6 +7,7 @@ from builder.errors import BuilderError
 
 
 class EngineHarnessError(BuilderError):
-    """The device harness cannot assemble its carry (wheel, lock, tokenizer) or check what landed."""
+    """The engine harness cannot build its payload (wheel, lock, tokenizer), check what landed, or find
+    the environment it was pointed at."""
 
     exit_code = 23

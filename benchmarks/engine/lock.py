@@ -21,7 +21,7 @@ PLATFORMS = tuple(
 ) + ("manylinux2014_x86_64", "manylinux1_x86_64")
 
 
-#: Distributions the device driver imports for its own checks, not found by the engine's import probe
+#: Distributions the driver imports for its own checks, not found by the engine's import probe
 #: (the api_surface gate drives the server with the OpenAI client): the lock must close their
 #: requirements (without openai's `jiter` the api_surface gate raises).
 DRIVER_DISTRIBUTIONS = ("openai",)

@@ -1,4 +1,4 @@
-"""bench.md, bench.png, kv-pools.json and fidelity.json from `device.py measure` summaries (CPU; matplotlib for the plot).
+"""bench.md, bench.png, kv-pools.json and fidelity.json from `driver.measure` summaries (CPU; matplotlib for the plot).
 
     python -m benchmarks.engine.report --out evidence/engine-h200 \
         --run 2026-12-01-graphs-gates-2=evidence/engine-h200/runs/2026-12-01-graphs-gates-2.json \
@@ -18,9 +18,9 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from benchmarks.engine.device import ARMS as DEVICE_ARMS
+from benchmarks.engine.servers import ARMS as SERVED_ARMS
 
-ARMS = tuple(label for label, _, _ in DEVICE_ARMS)
+ARMS = tuple(label for label, _, _ in SERVED_ARMS)
 LABEL = "engine on an H200, small Qwen4Exp with random weights (not the real model)"
 
 
@@ -61,7 +61,7 @@ def graph_samples(runs: list["Run"]) -> list[tuple[str, dict[tuple[int, int], di
 
 @dataclass(frozen=True)
 class Run:
-    """One `device.py measure` summary: the name its run goes by (given with --run), its file's name, its content."""
+    """One `driver.measure` summary (summary.json): the name its run goes by (given with --run), its file's name, its content."""
 
     name: str
     file: str
@@ -265,7 +265,7 @@ def pool_check(runs: list[Run]):
 
 #: fidelity.compare's labels and the --kv-cache-dtype each served: the driver's arms, bf16 as the
 #: reference, compared with itself as "bf16-repeat".
-_ARM_DTYPES = {label: dtype for label, dtype, _ in DEVICE_ARMS}
+_ARM_DTYPES = {label: dtype for label, dtype, _ in SERVED_ARMS}
 FIDELITY_DTYPES = {**{k: v for k, v in _ARM_DTYPES.items() if k != "bf16"}, "bf16-repeat": _ARM_DTYPES["bf16"]}
 
 
@@ -363,7 +363,7 @@ def _run_arg(value: str) -> Run:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--run", type=_run_arg, action="append", required=True, metavar="NAME=SUMMARY",
-                   help="a device.py measure summary and the name its run goes by; repeat, oldest first: the gates, the "
+                   help="a measure summary (summary.json) and the name its run goes by; repeat, oldest first: the gates, the "
                         "fidelity and the KV pools come from the last run that has them, every bench is shown")
     p.add_argument("--out", type=Path, required=True, help="folder for bench.md, bench.png, kv-pools.json and fidelity.json")
     args = p.parse_args(argv)

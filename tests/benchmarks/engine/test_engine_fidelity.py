@@ -3,7 +3,6 @@ samples, and agreement counts what it says."""
 
 from __future__ import annotations
 
-import json
 import math
 import random
 import statistics

