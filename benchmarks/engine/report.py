@@ -241,8 +241,8 @@ def markdown(runs: list[Run]) -> str:
 
 
 def pool_check(runs: list[Run]):
-    """builder.plan.models.EnginePoolCheck from the last run's kv_pool gates, or None without them."""
-    from builder.plan.models import EnginePool, EnginePoolCheck
+    """builder.bundle.engine_evidence.EnginePoolCheck from the last run's kv_pool gates, or None without them."""
+    from builder.bundle.engine_evidence import EnginePool, EnginePoolCheck
 
     run = gates_run(runs)
     if run is None:
@@ -270,8 +270,8 @@ FIDELITY_DTYPES = {**{k: v for k, v in _ARM_DTYPES.items() if k != "bf16"}, "bf1
 
 
 def fidelity_check(runs: list[Run]):
-    """builder.plan.models.EngineFidelityCheck from the last run that compared, or None without one."""
-    from builder.plan.models import EngineFidelityCheck, FidelityArm
+    """builder.bundle.engine_evidence.EngineFidelityCheck from the last run that compared, or None without one."""
+    from builder.bundle.engine_evidence import EngineFidelityCheck, FidelityArm
 
     run = _last(runs, lambda s: any((v.get("prompts") or 0) > 0 for v in s.get("fidelity", {}).get("compare", {}).values()))
     if run is None:

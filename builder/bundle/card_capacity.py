@@ -12,11 +12,12 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from builder.bundle.engine_evidence import EngineFidelityCheck, EnginePoolCheck
 from builder.constants import ENGINE_EVIDENCE, ENGINE_FIDELITY_FILE, ENGINE_POOLS_FILE
 from builder.errors import RenderError
 from builder.measure.evidence import GateEvidence
 from builder.plan.budget import GIB
-from builder.plan.models import CapacityPlan, EngineFidelityCheck, EnginePoolCheck
+from builder.plan.models import CapacityPlan
 
 #: The kernel grid per selection pattern, the engine's first (benchmarks.kernels.grid --selection):
 #: what the indexer hands the kernel, then uniform random tokens (a synthetic stress without runs).
