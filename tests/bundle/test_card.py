@@ -4,15 +4,18 @@ from __future__ import annotations
 
 import json
 import re
+from pathlib import Path
 
 import pytest
 from huggingface_hub import ModelCard
 
 from builder.config import config_digest, launch_plan, load_target
 from builder.errors import RenderError
-from builder.constants import EVIDENCE_DIR
 from builder.plan import plan_target
 from builder.bundle.card import card_context, plan_for_card, render_card
+
+#: Kernel and engine evidence as a bundle carries it, trimmed (fixtures/README.md says from where).
+EVIDENCE = Path(__file__).parent / "fixtures" / "evidence"
 
 
 def _card(tmp_path, target="gb10", files=("README.md",), kernels_dir=None, cfg=None):
@@ -90,7 +93,7 @@ def test_files_are_listed_with_their_role_and_evidence_one_row_per_folder(tmp_pa
     files = ("launch/run_qsa_int8kv.sh", "patches/series", "evidence/bench-a.json", "evidence/needle.json",
              "evidence/ab-x-vs-y/ab.json", "evidence/ab-x-vs-y/ab.md", "evidence/odd/README.md",
              "evidence/kernels/a.log", "evidence/kernels/b.json")
-    _, text = _card(tmp_path, files=files, kernels_dir=EVIDENCE_DIR / "kernels")
+    _, text = _card(tmp_path, files=files, kernels_dir=EVIDENCE / "kernels")
     rows = _section(text, "Files")
     assert "| `launch/run_qsa_int8kv.sh` | launch recipe;" in rows
     assert "| `patches/series` | order in which the patches apply |" in rows
@@ -99,7 +102,7 @@ def test_files_are_listed_with_their_role_and_evidence_one_row_per_folder(tmp_pa
     assert "| `evidence/ab-x-vs-y/` | interleaved A/B benchmark of two server configs (per-pair deltas with spread) " \
         "(2 files) |" in rows
     assert "| `evidence/odd/` | What the odd run shows (1 file) |" in rows  # its README's heading
-    heading = (EVIDENCE_DIR / "kernels" / "README.md").read_text().split("\n")[0].removeprefix("# ")
+    heading = (EVIDENCE / "kernels" / "README.md").read_text().split("\n")[0].removeprefix("# ")
     assert f"| `evidence/kernels/` | {heading} (2 files) |" in rows
     assert "evidence/bench-a.json" not in rows and "ab.md" not in rows  # grouped, not listed one by one
 
@@ -170,7 +173,7 @@ def test_measured_pools_come_from_gate_files_and_name_them(tmp_path):
 
 
 def test_kernel_speed_and_accuracy_are_the_files_numbers_labelled_h200_kernel_level(tmp_path):
-    kernels = EVIDENCE_DIR / "kernels"
+    kernels = EVIDENCE / "kernels"
     _, text = _card(tmp_path, "gb10", kernels_dir=kernels)
     section = _section(text, "What it buys you")
     tritons = list(dict.fromkeys(json.loads((kernels / n).read_text())["versions"]["triton"] for n in ("qsa-grid-engine-h200.json", "qsa-grid-h200.json")))
@@ -222,15 +225,15 @@ def test_capacity_the_planner_cannot_compute_says_why_and_shows_no_pool(tmp_path
 
 
 def test_the_engine_pool_check_is_one_labelled_line_from_its_file(tmp_path):
-    """evidence/engine-h200/kv-pools.json (benchmarks.engine.report) says how close vLLM's own pools
+    """engine-h200/kv-pools.json (benchmarks.engine.report) says how close vLLM's own pools
     came to the planner's; the card repeats its numbers, labelled as the small random-weight model."""
     from builder.constants import ENGINE_EVIDENCE, ENGINE_POOLS_FILE
 
-    check = json.loads((EVIDENCE_DIR / ENGINE_EVIDENCE / ENGINE_POOLS_FILE).read_text())
+    check = json.loads((EVIDENCE / ENGINE_EVIDENCE / ENGINE_POOLS_FILE).read_text())
     arms = {a["kv_cache_dtype"]: a for a in check["arms"].values()}
     worst = max(abs(a["measured_tokens"] / a["planned_tokens"] - 1) for a in arms.values())
     int8 = arms["int8_per_token_head"]["measured_tokens"]
-    _, text = _card(tmp_path, "h200", kernels_dir=EVIDENCE_DIR / "kernels")
+    _, text = _card(tmp_path, "h200", kernels_dir=EVIDENCE / "kernels")
     line = next(ln for ln in _section(text, "What it buys you").splitlines() if "Checked in the engine" in ln)
     assert "small Qwen4Exp with random weights (not the real model)" in line
     assert f"within {worst:.2%} of this planner's" in line
@@ -247,13 +250,13 @@ def test_the_engine_pool_check_is_one_labelled_line_from_its_file(tmp_path):
 
 
 def test_the_engine_fidelity_check_is_one_labelled_line_from_its_file(tmp_path):
-    """evidence/engine-h200/fidelity.json (benchmarks.engine.report): int8's and fp8's KL to bf16 KV
+    """engine-h200/fidelity.json (benchmarks.engine.report): int8's and fp8's KL to bf16 KV
     beside bf16 against itself, labelled as the small random-weight model, never the real one."""
     from builder.constants import ENGINE_EVIDENCE, ENGINE_FIDELITY_FILE
 
-    check = json.loads((EVIDENCE_DIR / ENGINE_EVIDENCE / ENGINE_FIDELITY_FILE).read_text())
+    check = json.loads((EVIDENCE / ENGINE_EVIDENCE / ENGINE_FIDELITY_FILE).read_text())
     arms = {a["kv_cache_dtype"]: a for a in check["arms"].values()}
-    _, text = _card(tmp_path, "h200", kernels_dir=EVIDENCE_DIR / "kernels")
+    _, text = _card(tmp_path, "h200", kernels_dir=EVIDENCE / "kernels")
     line = next(ln for ln in _section(text, "What it buys you").splitlines() if "Fidelity checked in the engine" in ln)
     assert "small Qwen4Exp with random weights (not the real model)" in line
     kl = {d: f"{a['mean_kl']:.1e}" for d, a in arms.items()}

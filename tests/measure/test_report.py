@@ -1,16 +1,19 @@
-"""Markdown and chart rendering from the committed cpu-smoke benchmark evidence."""
+"""Markdown and chart rendering of cpu-smoke benchmark files (fixtures/cpu-smoke-bench, see fixtures/README.md)."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
-from builder.constants import EVIDENCE_DIR
 from builder.measure.evidence import load_bench_evidence
 from builder.measure.report import bench_chart_png, bench_markdown
 
+BENCH = Path(__file__).parent / "fixtures" / "cpu-smoke-bench"
+
 
 def test_markdown_has_one_row_per_workload_and_the_concurrent2_wall_time():
-    results = load_bench_evidence(EVIDENCE_DIR / "cpu-smoke")
+    results = load_bench_evidence(BENCH)
     assert {r.kind for r in results} == {"prefill", "decode", "concurrent2", "concurrency"}
     md = bench_markdown(results, title="cpu-smoke")
     rows = [line for line in md.splitlines() if line.startswith("| ") and not line.startswith("| workload")]
@@ -21,5 +24,5 @@ def test_markdown_has_one_row_per_workload_and_the_concurrent2_wall_time():
 
 def test_chart_is_a_png():
     pytest.importorskip("matplotlib")
-    png = bench_chart_png(load_bench_evidence(EVIDENCE_DIR / "cpu-smoke"), title="cpu-smoke")
+    png = bench_chart_png(load_bench_evidence(BENCH), title="cpu-smoke")
     assert png is not None and png.startswith(b"\x89PNG\r\n\x1a\n")

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from builder.config import load_target
-from builder.constants import REPO_ROOT
 from builder.errors import ConfigError
 from builder.plan import alignment, plan_dtype, plan_target
 from builder.plan.architecture import load_architecture_file, load_model_dir
@@ -13,7 +14,7 @@ from builder.plan.grouping import approximate_gcd
 from builder.plan.layout import load_layout
 from builder.plan.models import ServingSetup
 
-TINY = load_model_dir(REPO_ROOT / "evidence/plan/qwen4-exp-tiny-h200")
+TINY = load_model_dir(Path(__file__).parent / "fixtures/qwen4-exp-tiny-h200")
 REAL = load_architecture_file("qwen3.8-flash-next").architecture
 LAYOUT = load_layout()
 

@@ -1,5 +1,5 @@
-"""The ncu side of the kernel grid: the committed profile parses into one row per launch, in order,
-and the grid report names profiled misses from their counters."""
+"""The ncu side of the kernel grid: an H200 profile (fixtures/, see its README) parses into one row
+per launch, in order, and the grid report names profiled misses from their counters."""
 
 from __future__ import annotations
 
@@ -8,42 +8,44 @@ import sys
 
 import pytest
 
-from builder.constants import REPO_ROOT
+from pathlib import Path
 
 from benchmarks.kernels import grid_ncu, grid_report
 
-KERNELS = REPO_ROOT / "evidence/kernels"
+FIXTURES = Path(__file__).parent / "fixtures"
 
 
-def test_the_committed_profile_parses_to_one_row_per_launch_in_order(tmp_path, monkeypatch):
-    text = (KERNELS / "ncu-grid-misses-h200.txt").read_text()
+def test_a_profile_parses_to_one_row_per_launch_in_order(tmp_path, monkeypatch):
+    text = (FIXTURES / "ncu-grid-misses-h200.txt").read_text()
     kernels = grid_ncu.parse(text)
-    assert len(kernels) == 16
-    assert [k["kernel"] for k in kernels] == ["_qsa_sparse_paged_gqa_splitk_kernel", "_qsa_sparse_paged_int8_splitk_kernel"] * 8
+    assert len(kernels) == 8
+    assert [k["kernel"] for k in kernels] == ["_qsa_sparse_paged_gqa_splitk_kernel", "_qsa_sparse_paged_int8_splitk_kernel"] * 4
     assert all({"duration_us", "dram_pct", "l2_pct", "l2_hit_pct", "cycles_per_issue"} <= k.keys() for k in kernels)
-    assert kernels[0]["duration_us"] == pytest.approx(251.01)  # ctx32K decode 64x5 w2051 24/2, fp8 (Triton 3.8.0)
+    assert kernels[0]["duration_us"] == pytest.approx(251.01)  # ctx32K decode 64x5 w2051 24/2, fp8
+    assert kernels[0]["mem_tbps"] == pytest.approx(2.80)  # the workload section's rate, not SpeedOfLight's percentage
     source = tmp_path / "ncu.txt"
     source.write_text(text)
     monkeypatch.setattr(sys, "argv", ["grid_ncu.py", "--table", str(source), "--out", str(tmp_path)])
     grid_ncu.main()
-    assert json.loads((tmp_path / "qsa-grid-ncu-h200.json").read_text()) == {
-        **json.loads((KERNELS / "qsa-grid-ncu-h200.json").read_text()), "source": "ncu.txt"}
+    # The table the full run wrote from the untrimmed profile, for these launches.
+    written = json.loads((FIXTURES / "qsa-grid-ncu-h200.json").read_text())["rows"][:8]
+    assert json.loads((tmp_path / "qsa-grid-ncu-h200.json").read_text()) == {"source": "ncu.txt", "rows": written}
 
 
 def test_a_profile_whose_launch_count_differs_is_refused(tmp_path, monkeypatch):
-    text = (KERNELS / "ncu-grid-misses-h200.txt").read_text()
+    text = (FIXTURES / "ncu-grid-misses-h200.txt").read_text()
     order = [line for line in text.splitlines() if line.startswith(grid_ncu.ORDER_TAG)][-1]
     source = tmp_path / "ncu.txt"
     source.write_text(text.replace(order, grid_ncu.ORDER_TAG + json.dumps([["p", "fp8"]])))
     monkeypatch.setattr(sys, "argv", ["grid_ncu.py", "--table", str(source), "--out", str(tmp_path)])
-    with pytest.raises(SystemExit, match="16 profiled kernels for 1 launches"):
+    with pytest.raises(SystemExit, match="8 profiled kernels for 1 launches"):
         grid_ncu.main()
 
 
-def test_the_current_grid_names_its_profiled_misses():
-    """Triton 3.8.0's grid and profiles (evidence/kernels/): the same limiters, from these runs' counters."""
-    grid = json.loads((KERNELS / "qsa-grid-h200.json").read_text())
-    profiled = grid_report.load_profiled([KERNELS / "qsa-grid-ncu-h200.json", KERNELS / "qsa-grid-ncu-prefill-h200.json"])
+def test_profiled_misses_are_named_from_their_counters():
+    """A grid and its decode and prefill profiles (fixtures/): each profiled miss gets the limiter its counters say."""
+    grid = json.loads((FIXTURES / "qsa-grid-h200.json").read_text())
+    profiled = grid_report.load_profiled([FIXTURES / "qsa-grid-ncu-h200.json", FIXTURES / "qsa-grid-ncu-prefill-h200.json"])
     lines = {line.split(":")[0].strip(): line for line in grid_report.summary(grid, profiled).splitlines()
              if line.startswith("  ctx")}
     assert "latency at low occupancy (profiled)" in lines["ctx32K prefill 512 w4099 12/1"]

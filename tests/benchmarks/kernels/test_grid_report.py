@@ -1,15 +1,15 @@
-"""The grid report's per-shape table and its comparison against an earlier grid, on the committed grid."""
+"""The grid report's per-shape table and its comparison against an earlier grid, on an H200 grid (fixtures/)."""
 
 from __future__ import annotations
 
 import copy
 import json
 
-from builder.constants import REPO_ROOT
+from pathlib import Path
 
 from benchmarks.kernels import grid_report
 
-GRID = json.loads((REPO_ROOT / "evidence/kernels/qsa-grid-h200.json").read_text())
+GRID = json.loads((Path(__file__).parent / "fixtures/qsa-grid-h200.json").read_text())
 
 
 def test_each_row_shape_counts_its_goal_and_each_context_its_in_scope_points():
