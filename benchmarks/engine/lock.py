@@ -54,7 +54,7 @@ def read_lock(path: Path = LOCK_FILE) -> list[LockEntry]:
         key = canonicalize_name(entry.name)
         if key in seen:
             raise EngineHarnessError(f"{path.name} line {n}: {entry.name} is listed twice",
-                                     hint="keep one version of each package (two stop the device install)")
+                                     hint="keep one version of each package (two stop the GPU host's install)")
         seen.add(key)
         locked.append(entry)
     if not locked:

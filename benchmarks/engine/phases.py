@@ -33,7 +33,7 @@ BENCH_LENGTHS = (8192, 32768, 131072)
 BENCH_CONCURRENCY = (1, 4, 16)
 BENCH_OUTPUT_TOKENS = 64
 #: What a skipped bench arm gives as its reason (benchmarks.engine.report lists them).
-BUDGET_REASON = "device budget"
+BUDGET_REASON = "time budget"
 
 
 def error_text(exc: BaseException, limit: int = 1500) -> str:

@@ -94,7 +94,7 @@ def _bench_table(run: Run) -> list[str]:
         lines += _repeat_table(run, rep)
     bench = run.summary.get("bench", {})
     if bench.get("skipped"):
-        lines += ["", "Skipped for the device budget: " + ", ".join(map(_skipped_label, bench["skipped"])) + "."]
+        lines += ["", "Skipped for the time budget: " + ", ".join(map(_skipped_label, bench["skipped"])) + "."]
     failed = [c for c in bench.get("cells", []) if c.get("error")]
     if failed:
         lines += ["", f"{len(failed)} cells failed: " + "; ".join(f"{c['arm']} {c['workload']}" for c in failed[:6])]

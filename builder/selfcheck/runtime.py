@@ -45,7 +45,7 @@ def check_c_compiler() -> str:
 
 def check_flash_attention(arch: str) -> str:
     """vllm.vllm_flash_attn imports its compiled extensions at engine start-up, whether or not the
-    model's own attention uses them (the device run died importing _vllm_fa2_C before a shim)."""
+    model's own attention uses them (an engine run on an H200 died importing _vllm_fa2_C before a shim)."""
     fa = _package_dir("vllm.vllm_flash_attn")
     wanted = ["_vllm_fa2_C"] + (["_vllm_fa3_C"] if arch in FA3_ARCHS else [])
     found = {w: sorted(fa.glob(f"{w}*.so")) for w in wanted}

@@ -1,7 +1,7 @@
 """Serve a target's image with docker and wait until the endpoint is ready.
 
 The names load on first use, so `builder.serve.wait` (httpx only) is usable where the docker
-SDK and the image tooling are not installed, e.g. the device harness waiting on a bare server.
+SDK and the image tooling are not installed, e.g. the engine harness waiting on a bare server.
 """
 
 from __future__ import annotations

@@ -99,7 +99,7 @@ def test_an_arm_the_budget_no_longer_covers_is_skipped_and_each_arm_is_reported_
     finally:
         listener.close()
     assert [c["arm"] for c in out["cells"]] == ["int8"] and out["cells"][0]["error"]
-    assert [(s["arm"], s["reason"]) for s in out["skipped"]] == [("fp8", "device budget"), ("bf16", "device budget")]
+    assert [(s["arm"], s["reason"]) for s in out["skipped"]] == [("fp8", ph.BUDGET_REASON), ("bf16", ph.BUDGET_REASON)]
     assert all(s["estimated_s"] >= hold_s - 0.2 for s in out["skipped"])
     assert len(handed) == 1 and [c["arm"] for c in handed[0]["cells"]] == ["int8"]
     assert (work / "bench-int8-in8192-c1.json").is_file()
