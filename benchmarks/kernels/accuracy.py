@@ -32,10 +32,10 @@ from qsa_cases import (
     smollm2_window_inputs,
     window_inputs,
 )
-from builder.patches.ops_loader import load_ops_module, load_qsa_ops
 from qsa_reference import qsa_sparse_attention_reference, relative_rms_error
 
 from benchmarks.kernels.common import write_json
+from builder.patches.ops_loader import load_ops_module, load_qsa_ops
 
 DTYPES = ("bf16", "fp8", "int8")
 OUTLIER_CHANNELS = {3: 20.0, 77: 30.0, 150: 40.0, 201: 50.0}

@@ -50,9 +50,9 @@ from pathlib import Path
 
 import torch
 from qsa_cases import HEAD_DIM, forced_int8_config, int8_kv_cache
-from builder.patches.ops_loader import OPS_RELPATH, load_file_as, load_ops_module, load_qsa_ops
 
 from benchmarks.kernels.common import HOST_COVER_CYCLES, copy_bandwidth, versions, write_json
+from builder.patches.ops_loader import OPS_RELPATH, load_file_as, load_ops_module, load_qsa_ops
 
 PAGE = 64
 TABLE_PAGES = 262144 // PAGE  # vLLM's block table width for a 256K-token max_model_len

@@ -30,11 +30,11 @@ from pathlib import Path
 
 import torch
 from qsa_cases import HEAD_DIM, int8_kv_cache
-from builder.patches.ops_loader import load_ops_module, load_qsa_ops
 from qsa_reference import quantize_int8_per_row
 
 from benchmarks.kernels.common import versions, write_json
 from benchmarks.kernels.store_write import PAGE, POOL_PAGES, SIZES, TARGET_PCT, slots_for, time_pair
+from builder.patches.ops_loader import load_ops_module, load_qsa_ops
 
 ARMS = ("none", "bf16", "fp8", "int8")
 TIMING = next(p for p in __doc__.split("\n\n") if p.startswith("Timings"))

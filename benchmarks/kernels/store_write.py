@@ -27,9 +27,9 @@ from pathlib import Path
 
 import torch
 from qsa_cases import HEAD_DIM, int8_kv_cache
-from builder.patches.ops_loader import load_ops_module, load_qsa_ops
 
 from benchmarks.kernels.common import HOST_COVER_CYCLES, copy_bandwidth, versions, write_json
+from builder.patches.ops_loader import load_ops_module, load_qsa_ops
 
 PAGE = 64
 POOL_PAGES = 16384

@@ -30,12 +30,13 @@ from qsa_cases import (
     smollm2_window_inputs,
     window_inputs,
 )
-from builder.patches.ops_loader import OPS_RELPATH, load_file_as, load_ops_module, load_qsa_ops
 from qsa_reference import (
     qsa_sparse_attention_reference,
     quantize_int8_per_row,
     relative_rms_error,
 )
+
+from builder.patches.ops_loader import OPS_RELPATH, load_file_as, load_ops_module, load_qsa_ops
 
 pytestmark = [
     pytest.mark.gpu,
