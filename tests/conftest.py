@@ -208,13 +208,16 @@ def patched_tree(engine_src: Path, tmp_path_factory) -> Path:
 
 # --- nothing put on sys.path may shadow an installed distribution ---
 # Checked after every test, so the test that put the folder there is the one that fails. The
-# interpreter's own folders (stdlib, the venv's site-packages) are where installed packages live.
+# interpreter's own folders (stdlib, the venv's site-packages) are where installed packages live;
+# a folder the caller names in PYTHONPATH is the caller's choice (a GPU host's newer Triton over its own).
 _INTERPRETER_DIRS = tuple({Path(sys.prefix).resolve(), Path(sys.base_prefix).resolve()})
+_CALLER_DIRS = frozenset(Path(e).resolve() for e in os.environ.get("PYTHONPATH", "").split(os.pathsep) if e)
 _SYS_PATH_CHECKED: set[str] = set()
 
 
-def _is_interpreter_dir(entry: str) -> bool:
-    return bool(entry) and any(Path(entry).resolve().is_relative_to(d) for d in _INTERPRETER_DIRS)
+def _installed_or_given(entry: str) -> bool:
+    return bool(entry) and (Path(entry).resolve() in _CALLER_DIRS
+                            or any(Path(entry).resolve().is_relative_to(d) for d in _INTERPRETER_DIRS))
 
 
 @pytest.fixture(autouse=True)
@@ -222,7 +225,7 @@ def _no_folder_on_sys_path_shadows_an_installed_distribution():
     yield
     problems = []
     for entry in list(sys.path):
-        if entry in _SYS_PATH_CHECKED or _is_interpreter_dir(entry):
+        if entry in _SYS_PATH_CHECKED or _installed_or_given(entry):
             continue
         _SYS_PATH_CHECKED.add(entry)
         if names := shadowed(Path(entry or ".")):

@@ -72,7 +72,7 @@ def test_the_check_sees_modules_and_regular_packages_but_not_namespace_folders(t
     assert shadowed(tmp_path) == {}
 
 
-def _run_mutant(tmp_path: Path, body: str) -> subprocess.CompletedProcess:
+def _run_mutant(tmp_path: Path, body: str, *, pythonpath: tuple[Path, ...] = ()) -> subprocess.CompletedProcess:
     """A test file run by pytest with this suite's conftest guard, in a child process."""
     suite = tmp_path / "suite"
     suite.mkdir()
@@ -81,7 +81,7 @@ def _run_mutant(tmp_path: Path, body: str) -> subprocess.CompletedProcess:
     (suite / "test_mutant.py").write_text(textwrap.dedent(body))
     return subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--rootdir", str(suite), "-c", "/dev/null", str(suite)],
-        cwd=REPO_ROOT, capture_output=True, text=True, timeout=300, env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO_ROOT)})
+        cwd=REPO_ROOT, capture_output=True, text=True, timeout=300, env={"PATH": "/usr/bin:/bin", "PYTHONPATH": ":".join(map(str, (*pythonpath, REPO_ROOT)))})
 
 
 def test_the_guard_fails_a_test_that_puts_a_folder_with_kernels_py_on_the_path(tmp_path):
@@ -105,3 +105,22 @@ def test_the_guard_fails_a_test_that_puts_a_folder_with_kernels_py_on_the_path(t
     (tmp_path / "control").mkdir()
     control = _run_mutant(tmp_path / "control", mutant)
     assert control.returncode == 0, control.stdout
+
+
+def test_a_folder_the_caller_names_in_pythonpath_is_their_choice(tmp_path):
+    """A GPU host runs the suites with a newer Triton first on PYTHONPATH, over its own install: the
+    guard leaves what the caller set alone and still fails a test that puts the same folder there."""
+    taken = "kernels" if "kernels" in installed_import_names() else sorted(installed_import_names())[0]
+    folder = tmp_path / "newer"
+    folder.mkdir()
+    (folder / f"{taken}.py").write_text("")
+    run = _run_mutant(tmp_path, "def test_imports_nothing():\n    pass\n", pythonpath=(folder,))
+    assert run.returncode == 0, run.stdout
+    inserted = f"""
+        import sys
+        def test_puts_it_first():
+            sys.path.insert(0, {str(folder)!r})
+    """
+    (tmp_path / "control").mkdir()
+    control = _run_mutant(tmp_path / "control", inserted)
+    assert control.returncode != 0 and "shadows the installed" in control.stdout, control.stdout
