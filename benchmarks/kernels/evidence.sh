@@ -64,8 +64,10 @@ compile_shards() {  # fill Triton's on-disk cache from $SHARDS processes; compil
 for step in "$@"; do
   case $step in
     tests)
+      # The whole suite in one log, the SmolLM2 window cases included: without their input they fail, so refuse first.
+      [ -f "$QFN_QSA_SMOLLM2_KV" ] || { echo "tests: no SmolLM2 K/V at $QFN_QSA_SMOLLM2_KV (capture_smollm2_kv, above)" >&2; exit 2; }
       # loadgroup: the window tests of one width share a worker and its compiled kernels.
-      python -m pytest -n 12 --dist loadgroup -v -rA -p no:cacheprovider tests/gpu/test_qsa_int8.py > "$OUT/int8_unit_test-h200.log" 2>&1 ;;
+      python -m pytest -n 12 --dist loadgroup -v -rA -p no:cacheprovider tests/gpu/test_qsa_int8.py > "$OUT/int8_gpu_tests-h200.log" 2>&1 ;;
     mutation-window)
       # The window tests and the tightened edge-case bound must fail on the kernel that
       # carried the +1152 V bias across a whole split.

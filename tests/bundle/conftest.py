@@ -27,7 +27,7 @@ def sources(tmp_path) -> BundleSources:
                 "created": "2026-11-20T10:00:00Z"}
         (evidence / target / "golden_probes.json").write_text(json.dumps(gate))
     (evidence / "kernels").mkdir()
-    (evidence / "kernels" / "int8_unit_test-h200.log").write_text("62 passed\n")
+    (evidence / "kernels" / "int8_gpu_tests-h200.log").write_text("62 passed\n")
     (evidence / "gb10" / "bench-decode.json").write_text(json.dumps({"workload": "decode", "mean_ttft_ms": 812.25}))
     (evidence / "gb10" / "notes-of-an-old-run.json").write_text("{}")  # in no claim: never shipped
     (evidence / "kernels" / "README.md").write_text("# Kernel runs on the H200\n")
@@ -36,8 +36,8 @@ def sources(tmp_path) -> BundleSources:
         {"id": "gates", "targets": ["gb10"], "files": ["gb10/golden_probes.json", "gb10/bench-decode.json"]},
         {"id": "gates-cmp", "targets": ["cmp170hx-x2"], "files": ["cmp170hx-x2/golden_probes.json"]},
         {"id": "kernel-tests", "statement": "{passed} GPU tests pass", "targets": ["gb10", "cmp170hx-x2", "h200"],
-         "files": ["kernels/int8_unit_test-h200.log"],
-         "numbers": [{"name": "passed", "value": 62, "file": "kernels/int8_unit_test-h200.log", "pattern": r"(\d+) passed"}]},
+         "files": ["kernels/int8_gpu_tests-h200.log"],
+         "numbers": [{"name": "passed", "value": 62, "file": "kernels/int8_gpu_tests-h200.log", "pattern": r"(\d+) passed"}]},
     )
     bench = src / "benchmark_vllm.py"
     bench.write_text("print('bench')\n")

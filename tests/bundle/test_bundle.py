@@ -25,7 +25,7 @@ EXPECTED = [
     "evidence/claims.toml",
     "evidence/golden_probes.json",
     "evidence/kernels/README.md",
-    "evidence/kernels/int8_unit_test-h200.log",
+    "evidence/kernels/int8_gpu_tests-h200.log",
     "launch/ENV.md",
     "launch/compose.yaml",
     "launch/qfn_stream_shutdown.py",
