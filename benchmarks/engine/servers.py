@@ -21,8 +21,6 @@ ARMS = (("int8", "int8_per_token_head", 8101), ("fp8", "fp8", 8102), ("bf16", "a
 #: --layout: the GPU split, taken from the target that ships it (None: h200-small's own, one GPU),
 #: and the arms it runs. tp2-ep is cmp170hx-x2's TP2 + expert parallel, on two H200s.
 LAYOUTS = {"tp1": (None, ARMS), "tp2-ep": ("cmp170hx-x2", (ARMS[0], ARMS[2]))}
-#: GPUs each layout needs (the local transport checks them before starting anything).
-LAYOUT_GPUS = {"tp1": 1, "tp2-ep": 2}
 #: The retry when the checkpoint itself failed to load: dummy weights, and the PLE table pinned (the
 #: last --engram-config wins), since the ple-mmap patch maps rows from a checkpoint dummy has not.
 DUMMY_RETRY_ARGS = ("--load-format", "dummy", "--engram-config", '{"cpu_offload": true}')
@@ -93,6 +91,14 @@ def wait_model(transport, limit_s: float) -> None:
 
 # ---------------------------------------------------------------------------------------------
 # the servers
+
+
+def layout_gpus(layout: str) -> int:
+    """The GPUs a layout needs: those of the target its split comes from (the local transport checks them
+    before starting anything)."""
+    from builder.config import load_target
+
+    return load_target(LAYOUTS[layout][0] or TARGET).target.gpu_count
 
 
 def arm_config(base, *, kv_dtype: str, port: int, layout: str = "tp1", graphs: bool = False):

@@ -260,19 +260,21 @@ class ChunkedTransport(Transport):
         self.tokenizer = self.state / "tokenizer"
 
     @property
-    def _triton(self) -> Path:
-        return self.state / landing.DESTINATIONS["triton.tar.xz"]
+    def _lock_triton(self) -> Path | None:
+        """Where the engine lock's Triton landed, when it was sent."""
+        folder = self.state / landing.DESTINATIONS["triton.tar.xz"]
+        return folder if (folder / "triton" / "__init__.py").is_file() else None
 
     def python_paths(self, *, graphs: bool = False) -> list[str]:
         paths = [*(site_paths(self.python, self.state / GRAPHS_SITE) if graphs else []),
                  str(self.state / "site"), str(self.state / "engine")]
-        if (self._triton / "triton" / "__init__.py").is_file():
-            paths.insert(0, str(self._triton))  # the lock's Triton before the host's own, as the images run it
+        if self._lock_triton:
+            paths.insert(0, str(self._lock_triton))  # the lock's Triton before the host's own, as the images run it
         return paths
 
     def extra_env(self) -> dict[str, str]:
         # The trimmed lock Triton registers the NVIDIA backend in-tree (no entry points).
-        return {"TRITON_BACKENDS_IN_TREE": "1"} if (self._triton / "triton" / "__init__.py").is_file() else {}
+        return {"TRITON_BACKENDS_IN_TREE": "1"} if self._lock_triton else {}
 
     def sees_site(self) -> bool:
         """Whether this interpreter imports from state/site (PYTHONPATH put it there)."""

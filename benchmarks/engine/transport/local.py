@@ -83,8 +83,8 @@ class LocalTransport(Transport):
                 f"--python {self.python}: torch.cuda.is_available() is False",
                 hint="give --python a venv with a CUDA build of torch, and make the GPU visible to it "
                      "(CUDA_VISIBLE_DEVICES, the driver: nvidia-smi shows it)")
-        if count < sv.LAYOUT_GPUS[layout]:
-            raise EngineHarnessError(f"--layout {layout} needs {sv.LAYOUT_GPUS[layout]} GPUs; --python {self.python} "
+        if count < (needed := sv.layout_gpus(layout)):
+            raise EngineHarnessError(f"--layout {layout} needs {needed} GPUs; --python {self.python} "
                                      f"sees {count}", hint="leave --layout out (tp1, one GPU), or run where there are more")
         self.checked = {"python": self.python, "vllm": version, "vllm_file": where, "gpus": count}
         return self.checked
