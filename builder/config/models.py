@@ -12,7 +12,7 @@ from typing import Literal
 from pydantic import Field, model_validator
 
 from builder.config._base import StrictModel, rule_error
-from builder.config.guards import check_base_image, check_extra_env, check_text
+from builder.config.guards import check_base_image, check_extra_env, check_repo_path, check_text
 from builder.config.engines import ENGINE_PROFILES, EngineId, EngineProfile
 
 KVDtype = Literal["auto", "bfloat16", "fp8", "fp8_e4m3", "int8_per_token_head"]
@@ -278,6 +278,13 @@ class ReleaseConfig(StrictModel):
         check_extra_env(self.server.extra_env)
         check_text(self)
         check_base_image(self.target.base_image)
+        if self.target.base_lock_path is not None:
+            engine = self.engine.resolved
+            check_repo_path(
+                self.target.base_lock_path,
+                field="target.base_lock",
+                example=f"docker/locks/{engine.package}-{engine.version}-linux-{self.target.arch}.txt",
+            )
         return self
 
     @model_validator(mode="after")

@@ -164,3 +164,61 @@ def test_shipped_targets_still_load_and_render():
         cfg = load_target(name)
         script = render_launch(cfg=cfg, plan=launch_plan(cfg))[LAUNCH_SCRIPT_NAME]
         assert subprocess.run(["bash", "-n"], input=script, text=True).returncode == 0
+
+
+BIDI = ["\u061c", "\u200e", "\u200f", "\u202a", "\u202b", "\u202c", "\u202d", "\u202e", "\u2066", "\u2067", "\u2068", "\u2069"]
+
+
+@pytest.mark.parametrize("char", BIDI, ids=[f"U+{ord(c):04X}" for c in BIDI])
+def test_bidi_controls_are_refused_in_a_description(target_data, char):
+    data = target_data("h200")
+    data["target"]["description"] = f"H200 {char}host"
+    _refused(data, "target.description", "bidirectional control character", f"U+{ord(char):04X}", "Fix:")
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("model.served_name", "qwen\u202ex"),
+        ("patches.reason", "safe\u2066 text"),
+        ("server.extra_args", ["--foo\u202d"]),
+        ("server.extra_env", {"NCCL_DEBUG": "INFO\u2067"}),
+    ],
+    ids=["served-name", "reason", "arg", "env-value"],
+)
+def test_bidi_controls_are_refused_in_every_string(target_data, field, value):
+    data = target_data("h200")
+    section, key = field.split(".")
+    data.setdefault(section, {})[key] = value
+    _refused(data, field, "bidirectional control character")
+
+
+def test_a_bidi_override_in_a_description_used_to_reach_the_launch_script(target_data):
+    """Why the rule exists: U+202E in the description was rendered into the script's header."""
+    cfg = load_target("h200")
+    bad = cfg.model_copy(update={"target": cfg.target.model_copy(update={"description": "H200 \u202eevil"})})
+    assert "\u202e" in render_launch(cfg=bad, plan=launch_plan(bad))[LAUNCH_SCRIPT_NAME]
+    data = target_data("h200")
+    data["target"]["description"] = "H200 \u202eevil"
+    _refused(data, "target.description", "U+202E (RIGHT-TO-LEFT OVERRIDE)")
+
+
+_LOCK = "docker/locks/vllm-0.33.0-linux-arm64.txt"
+
+
+@pytest.mark.parametrize(
+    "lock",
+    [f"/work/{_LOCK}", f"/{_LOCK}@sha256:" + "a" * 64, f"../{_LOCK}", f"docker/../../elsewhere/{_LOCK}",
+     "docker/locks/../../../tmp/vllm-0.33.0-linux-arm64.txt@sha256:" + "b" * 64],
+    ids=["absolute", "absolute-pinned", "parent", "climbs-inside", "climbs-pinned"],
+)
+def test_a_base_lock_outside_the_repository_is_refused(target_data, lock):
+    data = target_data("gb10")
+    data["target"]["base_lock"] = lock
+    _refused(data, "target.base_lock", "outside the repository", f"e.g. {_LOCK}", "Fix:")
+
+
+def test_a_base_lock_inside_the_repository_loads(target_data):
+    data = target_data("gb10")
+    data["target"]["base_lock"] = f"./{_LOCK}"
+    assert parse_config(data, source="t.toml").target.base_lock_path == f"./{_LOCK}"
