@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import time
 from datetime import datetime, timezone
 from pathlib import Path
@@ -51,9 +52,38 @@ class RunSpec(BaseModel):
     secret_environment: dict[str, SecretStr] = {}
 
 
+#: docker's own rule for container names; a name it refuses would fail only once docker is asked.
+_CONTAINER_NAME = re.compile(r"[a-zA-Z0-9][a-zA-Z0-9_.-]+")
+
+
 def container_name(*, target: str, name: str | None = None) -> str:
     """The container `serve` starts (and `serve --stop` removes) for a target: --name, or qfn-int8kv-<target>."""
+    if name is not None and not _CONTAINER_NAME.fullmatch(name):
+        raise ServeError(
+            f"--name {name!r} is not a docker container name",
+            hint="use 2 or more letters, digits, '_', '.' or '-', starting with a letter or digit",
+        )
     return name or default_container_name(target)
+
+
+def ple_host_dir(*, cfg: ReleaseConfig, plan: LaunchPlan, ple_dir: Path | None) -> Path | None:
+    """``ple_dir`` when the target's launch memory-maps a PLE table (then it is required), else None
+    (then --ple-dir is refused)."""
+    if any(m.host_env == "PLE_DIR" for m in plan.container.mounts):
+        if ple_dir is None:
+            raise ServeError(
+                f"target {cfg.target.name} memory-maps its PLE table, and the engine needs a directory for the table "
+                "files it builds when the checkpoint's table cannot be mapped in place",
+                hint="pass --ple-dir DIR (a host directory with room for the table, ~102 GB at TP1); it is "
+                "mounted read-write and the engine writes only its own *.pletable files there",
+            )
+        return ple_dir
+    if ple_dir is not None:
+        raise ServeError(
+            f"--ple-dir was given, but target {cfg.target.name}'s launch does not memory-map a PLE table",
+            hint="drop --ple-dir (the PLE table loads from the checkpoint in --model-dir)",
+        )
+    return None
 
 
 def run_spec(
@@ -74,20 +104,9 @@ def run_spec(
     plan = plan or launch_plan(cfg)
     box = plan.container
     hosts = {MODEL_DIR_ENV: model_dir}
-    if any(m.host_env == "PLE_DIR" for m in box.mounts):
-        if ple_dir is None:
-            raise ServeError(
-                f"target {t.name} memory-maps its PLE table, and the engine needs a directory for the table "
-                "files it builds when the checkpoint's table cannot be mapped in place",
-                hint="pass --ple-dir DIR (a host directory with room for the table, ~102 GB at TP1); it is "
-                "mounted read-write and the engine writes only its own *.pletable files there",
-            )
-        hosts["PLE_DIR"] = ple_dir
-    elif ple_dir is not None:
-        raise ServeError(
-            f"--ple-dir was given, but target {t.name}'s launch does not memory-map a PLE table",
-            hint="drop --ple-dir (the PLE table loads from the checkpoint in --model-dir)",
-        )
+    ple_host = ple_host_dir(cfg=cfg, plan=plan, ple_dir=ple_dir)
+    if ple_host is not None:
+        hosts["PLE_DIR"] = ple_host
     mounts = [
         BindMount(host=str(hosts[m.host_env].resolve()), container=m.path, read_only=m.read_only) for m in box.mounts
     ]

@@ -12,7 +12,7 @@ from docker.errors import NotFound
 from pydantic import BaseModel, ConfigDict
 from rich.console import Console
 
-from builder.config import ReleaseConfig, launch_plan, require_pinned_base
+from builder.config import ReleaseConfig, require_pinned_base
 from builder.config.overrides import LaunchOverrides
 from builder.constants import SERVE_BIND_HOST, SERVE_LABEL, SERVE_WAIT_TIMEOUT_S
 from builder.errors import ServeError
@@ -21,7 +21,8 @@ from builder.image.recipe import image_tag
 from builder.models import prepare_smollm2
 from builder.serve.auth import api_key
 from builder.serve.container import check_alive, container_name, remove_container, run_spec, start_container
-from builder.serve.wait import Ready, check_timeout, wait_ready
+from builder.serve.options import ServeOptions
+from builder.serve.wait import Ready, wait_ready
 
 
 class Served(BaseModel):
@@ -53,21 +54,25 @@ def serve(
     Any failure while starting (and Ctrl-C) stops and removes the container.
     """
     console = console or Console(stderr=True)
-    timeout_s = check_timeout(timeout_s)  # before a container is started for nothing
+    # Every option is checked before the first action: no model prepared, no daemon contacted, no
+    # leftover container removed for a run that could never start.
+    opts = ServeOptions.parse(cfg=cfg, model_dir=model_dir, ple_dir=ple_dir, bind=bind, host_port=host_port,
+                              timeout_s=timeout_s, name=name, memory=memory, overrides=overrides)
     require_pinned_base(cfg)  # an image from an unpinned base is not one we serve
     key = api_key()
     spec = run_spec(
         cfg=cfg,
         image=image_tag(cfg),
-        model_dir=_model_dir(cfg, model_dir),
-        ple_dir=ple_dir,
-        bind=bind,
-        host_port=host_port,
-        name=name,
-        memory=memory,
-        plan=launch_plan(cfg, overrides=overrides),
+        model_dir=_model_dir(cfg, opts.model_dir),
+        ple_dir=opts.ple_dir,
+        bind=opts.bind,
+        host_port=opts.host_port,
+        name=opts.name,
+        memory=opts.memory,
+        plan=opts.plan,
         api_key=key,
     )
+    timeout_s = opts.timeout_s
     client = docker_client()
     host, port = spec.ports[f"{cfg.server.port}/tcp"]
     host = {"0.0.0.0": "127.0.0.1", "": "127.0.0.1", "::": "::1"}.get(host, host)
