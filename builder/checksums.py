@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+import stat
 from collections.abc import Callable
 from pathlib import Path, PurePosixPath
 
@@ -38,28 +39,60 @@ def is_excluded(rel: PurePosixPath) -> bool:
 
 
 def list_files(
-    root: Path, *, exclude_caches: bool = True, symlink_error: type[BuilderError] = BundleError
+    root: Path,
+    *,
+    exclude_caches: bool = True,
+    symlink_error: type[BuilderError] = BundleError,
+    unreadable: list[str] | None = None,
 ) -> list[str]:
-    """Regular files under `root` as sorted relative posix paths; a symlink or special file is `symlink_error`."""
+    """Regular files under `root` as sorted relative posix paths; a symlink or special file is `symlink_error`.
+
+    A folder that cannot be read (or an entry that cannot be stat'ed) is named in `unreadable`
+    ('path/' for a folder) when a list is given, and is `symlink_error` otherwise: skipping it, as
+    os.walk does by default, would silently leave its files out.
+    """
     out = []
-    for dirpath, dirnames, filenames in os.walk(root):
+    seen: set[str] = set()
+
+    def cannot_read(path: Path, exc: OSError, *, folder: bool) -> None:
+        rel = Path(path).relative_to(root).as_posix() + ("/" if folder else "")
+        if unreadable is None:
+            raise symlink_error(
+                f"{path} cannot be read ({exc.strerror})",
+                hint=f"make it readable (`chmod u+r{'x' if folder else ''} {path}`) or remove it",
+            )
+        if rel not in seen:
+            seen.add(rel)
+            unreadable.append(rel)
+
+    def walk_error(exc: OSError) -> None:
+        cannot_read(Path(exc.filename), exc, folder=True)
+
+    for dirpath, dirnames, filenames in os.walk(root, onerror=walk_error):
         here = Path(dirpath)
         for name in sorted(dirnames + filenames):
             path = here / name
             rel = PurePosixPath(path.relative_to(root).as_posix())
             if exclude_caches and is_excluded(rel):
                 continue
-            if path.is_symlink():
+            try:
+                mode = path.lstat().st_mode
+            except OSError as exc:
+                cannot_read(path, exc, folder=name in dirnames)
+                continue
+            if stat.S_ISLNK(mode):
                 raise symlink_error(
                     f"{path} is a symlink; bundles and checksummed sources hold regular files only",
                     hint="replace the link with the file it points to, or remove it",
                 )
             if name in filenames:
-                if not path.is_file():
+                if not stat.S_ISREG(mode):
                     raise symlink_error(f"{path} is not a regular file (fifo, socket or device)", hint="remove it")
                 out.append(rel.as_posix())
         if exclude_caches:
             dirnames[:] = [d for d in dirnames if d not in EXCLUDED_NAMES]
+    if unreadable is not None:
+        unreadable.sort()
     return sorted(out)
 
 
@@ -103,6 +136,10 @@ def read_manifest_file(path: Path) -> list[ChecksumEntry]:
         text = path.read_bytes().decode("utf-8")
     except UnicodeDecodeError as exc:
         raise MalformedManifest(f"{path}: not UTF-8 text", hint="rebuild the bundle") from exc
+    except OSError as exc:
+        raise MalformedManifest(
+            f"{path} cannot be read ({exc.strerror})", hint=f"make it readable (`chmod u+r {path}`), or rebuild the bundle"
+        ) from exc
     return parse_manifest(text, source=str(path))
 
 
@@ -144,34 +181,63 @@ class FolderCheck(BaseModel):
     unexpected: list[str] = Field(
         default_factory=list, description="Files present but not listed, and empty folders (named 'path/')."
     )
+    unreadable: list[str] = Field(
+        default_factory=list,
+        description="Listed files that cannot be read, and folders that cannot be read (named 'path/'); "
+        "a listed file inside such a folder is not reported again.",
+    )
 
 
 def check_folder(root: Path) -> FolderCheck:
     """Compare `root` with its CHECKSUMS.sha256; MalformedManifest / UnsafeManifest when the manifest cannot be trusted."""
     manifest_file = root / CHECKSUMS_NAME
-    if manifest_file.is_symlink():
+    try:
+        mode = manifest_file.lstat().st_mode
+    except (FileNotFoundError, NotADirectoryError):
+        mode = None
+    except OSError as exc:
+        # lstat needs only search permission on the folders above: the folder itself is at fault.
+        raise MalformedManifest(
+            f"{root} cannot be read ({exc.strerror}), so its {CHECKSUMS_NAME} cannot be reached",
+            hint=f"make the folder readable (`chmod u+rx {root}`)",
+        ) from exc
+    if mode is not None and stat.S_ISLNK(mode):
         raise UnsafeManifest(f"{manifest_file} is a symlink", hint="rebuild the bundle")
-    if not manifest_file.is_file():
+    if mode is None or not stat.S_ISREG(mode):
         raise MalformedManifest(
             f"{root} has no {CHECKSUMS_NAME}; it is not a bundle", hint="pass a folder written by `builder bundle`"
         )
     entries = read_manifest_file(manifest_file)
     # Walks every file, caches included: anything not listed is unexpected; any symlink is unsafe.
     # Nothing is opened before that walk, so a FIFO is refused rather than read.
-    present = set(list_files(root, exclude_caches=False, symlink_error=UnsafeManifest)) - {CHECKSUMS_NAME}
-    modified, missing = [], []
+    unreadable: list[str] = []
+    present = set(list_files(root, exclude_caches=False, symlink_error=UnsafeManifest, unreadable=unreadable))
+    present -= {CHECKSUMS_NAME}
+    # A folder that cannot be listed hides whether its files are there ('./': the bundle folder itself).
+    hidden = tuple("" if u == "./" else u for u in unreadable if u.endswith("/"))
+    modified, missing, unread = [], [], []
     for e in entries:
         if e.path not in present:
-            missing.append(e.path)
-        elif sha256_file(root / e.path) != e.sha256:
+            # Inside a folder that cannot be read, a file can be neither found nor ruled out.
+            if e.path not in unreadable and not e.path.startswith(hidden):
+                missing.append(e.path)
+            continue
+        try:
+            digest = sha256_file(root / e.path)
+        except OSError:
+            unread.append(e.path)
+            continue
+        if digest != e.sha256:
             modified.append(e.path)
     listed = [e.path for e in entries]
+    unlisted = present - set(listed)
     return FolderCheck(
         root=root,
         listed=listed,
         modified=sorted(modified),
         missing=sorted(missing),
-        unexpected=sorted(present - set(listed)) + empty_dirs(root),
+        unexpected=sorted(unlisted) + empty_dirs(root),
+        unreadable=sorted(set(unread) | set(unreadable)),
     )
 
 
@@ -186,6 +252,8 @@ def replace_refusal(root: Path, *, accept: Callable[[FolderCheck], str | None]) 
         check = check_folder(root)
     except VerifyError as exc:
         return f"is not an output of this builder ({exc.message}); it holds {folder_sample(root)}"
+    if check.unreadable:
+        return f"holds files that cannot be read, so it cannot be checked: {name_files(check.unreadable)}"
     if check.unexpected:
         return f"holds files its {CHECKSUMS_NAME} does not list: {name_files(check.unexpected)}"
     if check.modified:

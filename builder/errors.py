@@ -60,6 +60,12 @@ class MalformedManifest(VerifyError):
     exit_code = 13
 
 
+class ManifestClaimMismatch(VerifyError):
+    """bundle.json or the model card says what the bundle's files contradict (patch-series sha256, target, file list)."""
+
+    exit_code = 14
+
+
 class PatchError(BuilderError):
     """A patch does not apply, or the engine tree drifted from what the series expects."""
 

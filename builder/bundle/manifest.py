@@ -58,5 +58,9 @@ def read_manifest(path: Path) -> BundleManifest:
     file = path / BUNDLE_MANIFEST_NAME
     try:
         return BundleManifest.model_validate_json(file.read_bytes())
+    except PermissionError as exc:
+        raise MalformedManifest(
+            f"{file} cannot be read ({exc.strerror})", hint=f"make it readable (`chmod u+r {file}`), or rebuild the bundle"
+        ) from exc
     except (OSError, ValidationError) as exc:
         raise MalformedManifest(f"{file}: not a valid bundle manifest: {exc}", hint="rebuild the bundle") from exc

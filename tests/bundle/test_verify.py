@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
 import subprocess
+import sys
 
 import pytest
 
 from builder.bundle import verify_bundle
 from builder.checksums import list_files, manifest_text
-from builder.errors import ChecksumMismatch, MalformedManifest, UnsafeManifest
+from builder.errors import ChecksumMismatch, ManifestClaimMismatch, MalformedManifest, UnsafeManifest, UnverifiedBundle
+from builder.publish.stage import verified
 
 SHA = "0" * 64
 
@@ -111,14 +114,16 @@ def _write(path, text):
     path.write_text(text)
 
 
-def _rehash(root, *, bundle_json):
-    """A bundle.json that is broken yet listed with its right checksum."""
-    (root / "bundle.json").write_text(bundle_json)
+def _rehash(root, *, bundle_json=None):
+    """CHECKSUMS.sha256 written anew over the bundle as it now is (with `bundle_json` as bundle.json)."""
+    if bundle_json is not None:
+        (root / "bundle.json").write_text(bundle_json)
     (root / "CHECKSUMS.sha256").write_text(manifest_text(root, [p for p in list_files(root) if p != "CHECKSUMS.sha256"]))
 
 
 def test_exit_codes_are_distinct():
-    assert len({ChecksumMismatch.exit_code, UnsafeManifest.exit_code, MalformedManifest.exit_code}) == 3
+    codes = {ChecksumMismatch.exit_code, UnsafeManifest.exit_code, MalformedManifest.exit_code, ManifestClaimMismatch.exit_code}
+    assert len(codes) == 4
 
 
 def test_json_report(built, run_cli):
@@ -141,3 +146,151 @@ def test_empty_directory_is_unexpected_although_sha256sum_passes(built):
     check = subprocess.run(["sha256sum", "-c", "--strict", "CHECKSUMS.sha256"], cwd=built.path, capture_output=True)
     assert check.returncode == 0
     assert verify_bundle(built.path).problems() == [("unexpected", "launch/drafts/")]
+
+
+# --- bundle.json's claims: a bundle edited and then re-hashed matches its checksums, not its manifest
+
+
+def _edit_json(root, **changes):
+    data = json.loads((root / "bundle.json").read_text()) | changes
+    (root / "bundle.json").write_text(json.dumps(data, indent=2) + "\n")
+
+
+def _edit_patch(root):
+    path = root / "patches/qsa-int8.diff"
+    path.write_text(path.read_text().replace("+b", "+c"))
+
+
+@pytest.mark.parametrize(
+    ("tamper", "claim", "path"),
+    [
+        (_edit_patch, "patch_series_sha256", "patches/"),
+        (lambda r: (r / "patches/qsa_reference.py").unlink(), "patch_series_sha256", "patches/"),
+        (lambda r: _edit_json(r, patch_series_sha256="0" * 64), "patch_series_sha256", "patches/"),
+        (lambda r: _edit_json(r, patch_series_sha256=None), "patch_series_sha256", "patches/"),
+        (lambda r: _edit_json(r, target="h200"), "target", "launch/run_qsa_int8kv.sh"),
+        (lambda r: _edit_json(r, config_digest="sha256:" + "1" * 64), "config_digest", "launch/ENV.md"),
+        (lambda r: _edit_json(r, bundle_version="9.9.9"), "bundle_version", "README.md"),
+        (lambda r: _edit_json(r, kv_cache_dtype="fp8_e4m3"), "kv_cache_dtype", "launch/run_qsa_int8kv.sh"),
+        (lambda r: _edit_json(r, engine_profile="vllm-fork-preview"), "engine_profile", "launch/run_qsa_int8kv.sh"),
+        (lambda r: (r / "launch/ENV.md").unlink(), "files", "launch/ENV.md"),
+        (lambda r: (r / "benchmark_vllm.py").unlink(), "files", "benchmark_vllm.py"),
+        (lambda r: (r / "evidence/kernels/int8_gpu_tests-h200.log").unlink(), "files", "evidence/kernels/"),
+        (lambda r: (r / "launch/extra.sh").write_text("echo\n"), "files", "launch/extra.sh"),
+    ],
+    ids=["patch-edited", "patch-removed", "series-digest-changed", "series-digest-dropped", "target", "config-digest",
+         "builder-version", "kv-dtype", "engine", "file-removed", "top-file-removed", "evidence-file-removed",
+         "file-added"],
+)
+def test_a_rehashed_bundle_fails_on_what_its_manifest_claims(built, run_cli, tamper, claim, path):
+    tamper(built.path)
+    _rehash(built.path)
+    report = verify_bundle(built.path)
+    assert not (report.modified or report.missing or report.unexpected)  # the checksums alone pass
+    assert not report.ok and (claim, path) in [(c.claim, c.path) for c in report.claims]
+    with pytest.raises(ManifestClaimMismatch, match=re.escape(f"claim {claim} {path}")):
+        report.raise_for_problems()
+    code, out, err = run_cli("verify", str(built.path))
+    assert code == ManifestClaimMismatch.exit_code == 14
+    assert f"claim {claim}" in out and path in out
+    assert "rebuild the bundle" in " ".join(err.split())
+    with pytest.raises(UnverifiedBundle, match=f"claim {claim}"):
+        verified(built.path)  # publish refuses it too
+
+
+def test_a_changed_target_is_named_in_every_file_that_states_it(built):
+    _edit_json(built.path, target="h200")
+    _rehash(built.path)
+    found = {c.path: c.detail for c in verify_bundle(built.path).claims if c.claim == "target"}
+    assert set(found) == {"README.md", "launch/ENV.md", "launch/run_qsa_int8kv.sh"}
+    assert found["launch/ENV.md"] == "names gb10; bundle.json says h200"
+
+
+def test_an_intact_bundle_holds_its_claims(built):
+    report = verify_bundle(built.path)
+    assert report.ok and report.claims == [] and report.bundle.patch_series_sha256 is not None
+    verified(built.path)
+
+
+def test_a_modified_file_is_not_named_again_as_a_claim(built):
+    """Without re-hashing, an edited patch is a checksum problem (exit 11), not also a claim."""
+    _edit_patch(built.path)
+    report = verify_bundle(built.path)
+    assert report.problems() == [("modified", "patches/qsa-int8.diff")]
+
+
+# --- unreadable files: root may read any file, so the CLI runs without the override (CAP_DAC_OVERRIDE,
+# CAP_DAC_READ_SEARCH) in a child; mode bits then bind root as any user, and a non-root run needs nothing.
+
+_WITHOUT_OVERRIDE = """
+import ctypes, runpy, sys
+libc = ctypes.CDLL(None, use_errno=True)
+class Header(ctypes.Structure):
+    _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
+class Data(ctypes.Structure):
+    _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32), ("inheritable", ctypes.c_uint32)]
+header, data = Header(0x20080522, 0), (Data * 2)()
+keep = ~((1 << 1) | (1 << 2)) & 0xFFFFFFFF  # CAP_DAC_OVERRIDE, CAP_DAC_READ_SEARCH
+if libc.capget(ctypes.byref(header), data) != 0:
+    sys.exit(99)
+for field in ("effective", "permitted", "inheritable"):
+    setattr(data[0], field, getattr(data[0], field) & keep)
+if libc.capset(ctypes.byref(header), data) != 0:
+    sys.exit(99)
+sys.argv = ["builder", *sys.argv[1:]]
+runpy.run_module("builder", run_name="__main__")
+"""
+
+
+def _verify_unprivileged(*args):
+    run = subprocess.run([sys.executable, "-c", _WITHOUT_OVERRIDE, "verify", *args], capture_output=True, text=True,
+                         timeout=120, env=os.environ | {"COLUMNS": "200"})
+    if run.returncode == 99:
+        pytest.skip("cannot drop the file-permission override (capset failed)")
+    return run.returncode, run.stdout, " ".join(run.stderr.split())
+
+
+@pytest.fixture
+def unreadable():
+    """chmod 000 on paths, restored afterwards so the temp folder can be removed by any user."""
+    changed = []
+
+    def make(path):
+        changed.append((path, path.stat().st_mode))
+        path.chmod(0)
+
+    yield make
+    for path, mode in reversed(changed):
+        path.chmod(mode)
+
+
+@pytest.mark.parametrize(
+    ("rel", "row"),
+    [("launch/ENV.md", "launch/ENV.md"), ("patches/series", "patches/series"), ("evidence/kernels", "evidence/kernels/")],
+    ids=["file", "patch-file", "folder"],
+)
+def test_an_unreadable_file_is_a_problem_row(built, unreadable, rel, row):
+    unreadable(built.path / rel)
+    code, out, err = _verify_unprivileged("--json", str(built.path))
+    assert code == ChecksumMismatch.exit_code == 11, err
+    report = json.loads(out)
+    assert report["unreadable"] == [row] and report["missing"] == [] and report["claims"] == []
+    assert f"unreadable {row}" in err and "chmod u+r" in err and "Traceback" not in err
+    code, out, _ = _verify_unprivileged(str(built.path))
+    assert code == 11 and "unreadable" in out and row in out
+
+
+@pytest.mark.parametrize("rel", ["CHECKSUMS.sha256", "bundle.json", "."], ids=["checksums", "bundle-json", "bundle-folder"])
+def test_an_unreadable_manifest_is_malformed_and_named(built, unreadable, rel):
+    target = built.path / rel
+    unreadable(target)
+    code, _, err = _verify_unprivileged(str(built.path))
+    assert code == MalformedManifest.exit_code == 13, err
+    assert "Traceback" not in err and "cannot be read" in err
+    assert f"chmod u+r{'x' if rel == '.' else ''} {target}" in err
+
+
+def test_without_the_override_a_readable_bundle_still_verifies(built):
+    """The control of the unreadable cases: the dropped override alone changes nothing."""
+    code, out, err = _verify_unprivileged(str(built.path))
+    assert code == 0 and "files match" in out, err
