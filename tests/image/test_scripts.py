@@ -15,12 +15,13 @@ SCRIPTS = sorted(p for p in (REPO_ROOT / "docker").iterdir() if p.is_file()) + [
     REPO_ROOT / "scripts/host-setup.sh",
     REPO_ROOT / "scripts/local-registry.sh",
 ]
-#: docker/supervise is Python (PID 1 needs signal handling a shell does badly); it has its own tests.
+#: docker/supervise (PID 1 needs signal handling a shell does badly) and docker/vllm-metadata (reads
+#: importlib.metadata as vLLM does) are Python; each has its own tests.
 SHELL_SCRIPTS = [p for p in SCRIPTS if p.read_text().split("\n", 1)[0] in ("#!/bin/sh", "#!/usr/bin/env bash", "#!/bin/bash")]
 
 
 def test_every_image_script_is_shell_or_tested_python():
-    assert {p.name for p in SCRIPTS} - {p.name for p in SHELL_SCRIPTS} == {"supervise"}
+    assert {p.name for p in SCRIPTS} - {p.name for p in SHELL_SCRIPTS} == {"supervise", "vllm-metadata"}
 
 
 @pytest.mark.skipif(shutil.which("shellcheck") is None, reason="make test installs shellcheck (scripts/host-setup.sh)")
