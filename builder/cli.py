@@ -14,7 +14,7 @@ from rich.text import Text
 from builder import bundle as bundle_step
 from builder import config
 from builder.bundle.render import render_to
-from builder.constants import DEFAULT_TARGET, PATCHES_DIR
+from builder.constants import DEFAULT_TARGET, PATCHES_DIR, PUBLISH_TIMEOUT_S
 from builder.errors import BuilderError
 
 app = typer.Typer(
@@ -117,13 +117,17 @@ def publish_cmd(
     allow_failed_gates: bool = typer.Option(
         False, "--allow-failed-gates", help="Publish despite missing or failed gates; the model card then says so at the top."
     ),
+    timeout: float = typer.Option(
+        PUBLISH_TIMEOUT_S, "--timeout", help="Seconds the Hub part may take in all (every call, retry and backoff); then exit 63."
+    ),
 ) -> None:
     """Publish a verified bundle to the Hugging Face Hub (dry run unless --yes)."""
     # Imported here so other commands do not pay for importing huggingface_hub.
     from builder.publish import PublishRequest, publish
 
     request = PublishRequest.parse(
-        bundle_dir=bundle_dir, repo=repo, revision=revision, private=private, tag=tag, yes=yes, allow_failed_gates=allow_failed_gates
+        bundle_dir=bundle_dir, repo=repo, revision=revision, private=private, tag=tag, yes=yes,
+        allow_failed_gates=allow_failed_gates, timeout_s=timeout,
     )
     publish(request=request)
 
@@ -143,8 +147,10 @@ def image(
     the pinned image or engine lock, patches, AOT kernels, then the in-image self-check before tagging)."""
     from builder.constants import EVIDENCE_DIR
     from builder.image import build_image
+    from builder.image.build import check_ca_bundle
     from builder.image.evidence import write_image_evidence
 
+    check_ca_bundle(ca_bundle)  # before the daemon is asked anything
     cfg = config.load_target(target)
     built = build_image(cfg=cfg, ca_bundle=ca_bundle, console=err_console)
     if evidence:
@@ -408,15 +414,6 @@ def patches_aot(
 
 # --- measure (benchmark, quality gates) ---
 
-def _int_list(text: str | None) -> list[int] | None:
-    if not text:
-        return None
-    try:
-        return [int(x) for x in text.split(",")]
-    except ValueError:
-        raise typer.BadParameter(f"{text!r} is not a comma-separated list of integers") from None
-
-
 @app.command()
 def bench(
     target: str = typer.Option(..., "--target", "-t", help="Target name (targets/<name>.toml) or path."),
@@ -437,19 +434,14 @@ def bench(
     ab_background: int = typer.Option(1, min=0, help="Background decode streams on the arm under test."),
 ) -> None:
     """Streaming benchmark (vllm bench serve metrics) or interleaved A/B; writes evidence JSON/MD/PNG."""
-    from builder.measure.commands import ABOptions, bench_command
+    from builder.measure.commands import BenchOptions, bench_command
 
-    labels = ab_labels.split(",")
-    if len(labels) != 2:
-        raise typer.BadParameter("--ab-labels takes two comma-separated labels")
-    ab = None
-    if ab_url:
-        ab = ABOptions(url_b=ab_url, label_a=labels[0], label_b=labels[1], rounds=ab_rounds,
-                       input_len=ab_input_len, output_len=ab_output_len, background_streams=ab_background)
-    bench_command(
-        target=target, url=url, out=out, prefill_lens=_int_list(prefill_lens), decode_output_len=decode_output_len,
-        concurrency_levels=_int_list(concurrency), repeats=repeats, kinds=workload, ab=ab,
+    options = BenchOptions.parse(  # every option checked before a request is sent or a folder made
+        url=url, out=out, prefill_lens=prefill_lens, decode_output_len=decode_output_len, concurrency=concurrency,
+        repeats=repeats, workload=workload, ab_url=ab_url, ab_labels=ab_labels, ab_rounds=ab_rounds,
+        ab_input_len=ab_input_len, ab_output_len=ab_output_len, ab_background=ab_background,
     )
+    bench_command(target=target, options=options)
 
 
 @app.command()

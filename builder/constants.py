@@ -110,6 +110,10 @@ PUBLISH_RETRY_MAX_S = 30.0
 #: Timeouts of every Hub request (huggingface_hub sets none): connecting, and each read or write.
 PUBLISH_CONNECT_TIMEOUT_S = 10.0
 PUBLISH_READ_TIMEOUT_S = 60.0
+#: Default of `publish --timeout`: the whole Hub part (every call, retry and backoff wait). Above
+#: the ~334 s one call may take to fail every attempt against a silent Hub (5 x 60 s reads plus
+#: backoff), so that case still ends after its attempts; a slow but working Hub gets 10 minutes.
+PUBLISH_TIMEOUT_S = 600.0
 #: Standard token places (read through huggingface_hub.get_token, never printed or stored).
 ENV_HF_HUB_OFFLINE = "HF_HUB_OFFLINE"
 

@@ -76,6 +76,7 @@ def build_image(
     repo_root: Path = REPO_ROOT,
     selfcheck: bool = True,
 ) -> BuiltImage:
+    check_ca_bundle(ca_bundle)  # an argument: checked before the daemon is contacted
     log = BuildLog(console or Console(stderr=True))
     recipe = build_recipe(cfg)  # refuses an unpinned base first: nothing else matters then
     lock = None
@@ -141,6 +142,14 @@ def build_image(
         selfcheck_seconds=check_seconds, emulated=emulated, platform=recipe.platform, size_bytes=int(image.attrs.get("Size", 0)),
         layers=layers, selfcheck_output=check_out, kernel_report=report, log=log.lines,
     )  # fmt: skip
+
+
+def check_ca_bundle(ca_bundle: Path | None) -> Path | None:
+    """--ca-bundle must be a file: found missing only when the context is assembled, it would fail
+    after the daemon was contacted (and, for a lock base, after the base was built)."""
+    if ca_bundle is not None and not ca_bundle.is_file():
+        raise DockerError(f"--ca-bundle {ca_bundle} is not a file", hint="pass a PEM bundle, e.g. /etc/ssl/certs/ca-certificates.crt")
+    return ca_bundle
 
 
 def run_selfcheck(*, client: docker.DockerClient, image: str, log: BuildLog, emulated: bool = False) -> tuple[str, float]:

@@ -14,7 +14,7 @@ from rich.markup import escape
 from builder import constants
 from builder.bundle.assemble import BUNDLE_EVIDENCE
 from builder.publish.gates import assess_gates, refuse_unless_passed
-from builder.publish.hub import Hub, hub_timeouts, require_token, token_source, upload
+from builder.publish.hub import Deadline, Hub, hub_timeouts, require_token, token_source, upload
 from builder.publish.models import PublishPlan, PublishRequest
 from builder.publish.plan import make_plan, show_plan
 from builder.publish.stage import upload_source, verified
@@ -29,7 +29,8 @@ def publish(
     api_factory: Callable[..., Any] = HfApi,
     sleep: Callable[[float], None] = time.sleep,
 ) -> PublishPlan:
-    """Refuse an unverified bundle or failed gates before any Hub call; print the plan; upload with `yes`.
+    """Refuse an unverified bundle or failed gates before any Hub call; print the plan; upload with `yes`,
+    within `request.timeout_s` for the whole Hub part.
 
     `api_factory(token=...)` builds the Hub client (tests pass a recording fake); `sleep` is the
     retry backoff's clock.
@@ -48,6 +49,7 @@ def publish(
         token = require_token()
         hub = Hub(
             api_factory(token=token),
+            deadline=Deadline(request.timeout_s),
             repo=plan.repo,
             console=console,
             sleep=sleep,

@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import os
 import re
+import threading
+import time
+import weakref
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -44,6 +47,22 @@ def require_token() -> str:
     return token
 
 
+class Deadline:
+    """`publish --timeout`: one budget for the whole Hub part, started when the first call is made."""
+
+    def __init__(self, seconds: float, *, clock: Callable[[], float] = time.monotonic) -> None:
+        self.seconds = seconds
+        self._clock = clock
+        self._end = clock() + seconds
+
+    def left(self) -> float:
+        return self._end - self._clock()
+
+
+class BudgetSpent(Exception):
+    """The --timeout ran out before a Hub call finished; never retried."""
+
+
 def is_transient(exc: BaseException) -> bool:
     """5xx, 429 and connection trouble may pass on a retry; other 4xx never will."""
     if isinstance(exc, HfHubHTTPError):
@@ -68,14 +87,18 @@ class Hub:
         initial_s: float,
         max_s: float,
         secret: str | None = None,
+        deadline: Deadline | None = None,
     ) -> None:
         self._api = api
         self._repo = repo
         self._console = console
         self._secret = secret
+        self._deadline = deadline
+        backoff = wait_exponential(multiplier=initial_s, max=max_s)
         self._retrying = Retrying(
-            stop=stop_after_attempt(attempts),
-            wait=wait_exponential(multiplier=initial_s, max=max_s),
+            # A retry never starts once the budget is spent, and a backoff wait never outlasts it.
+            stop=stop_after_attempt(attempts) | (lambda state: self._left() <= 0),
+            wait=lambda state: max(0.0, min(backoff(state), self._left())),
             retry=retry_if_exception(is_transient),
             sleep=sleep,
             before_sleep=self._announce_retry,
@@ -88,7 +111,7 @@ class Hub:
         self._what = what
         self._console.print(f"[bold]hub:[/] {escape(what)}")
         try:
-            return self._retrying(getattr(self._api, method), *args, **kwargs)
+            return self._retrying(self._within_budget, getattr(self._api, method), *args, **kwargs)
         except Exception as exc:
             leaks = self._secret is not None and self._secret in _exception_text(exc)
             translated = self._translate(exc)
@@ -98,6 +121,42 @@ class Hub:
                 raise
             # The original error is kept for debugging unless it holds the token (an echoing endpoint).
             raise translated from (None if leaks else exc)
+
+    def _left(self) -> float:
+        return self._deadline.left() if self._deadline is not None else float("inf")
+
+    def _within_budget(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """One attempt, abandoned when the budget runs out.
+
+        Each request already times out within the budget (`hub_timeouts`), but a Hub trickling an
+        answer a byte at a time, or huggingface_hub's own retry sleeps, could outlast it: the
+        attempt runs in a daemon thread that is left at the deadline. That thread can send no
+        further request (the request hook refuses it), so nothing lands after publish has failed
+        but a request already in flight.
+        """
+        if self._deadline is None:
+            return fn(*args, **kwargs)
+        left = self._deadline.left()
+        if left <= 0:
+            raise BudgetSpent("no time left")
+        outcome: list[tuple[bool, Any]] = []
+
+        def run() -> None:
+            try:
+                outcome.append((True, fn(*args, **kwargs)))
+            except BaseException as exc:  # handed to the calling thread, which raises it
+                outcome.append((False, exc))
+
+        worker = threading.Thread(target=run, name="builder-publish-hub", daemon=True)
+        _WORKER_DEADLINES[worker] = self._deadline
+        worker.start()
+        worker.join(left)
+        if not outcome:
+            raise BudgetSpent("no complete answer before the deadline")
+        ok, value = outcome[0]
+        if ok:
+            return value
+        raise value
 
     def redact(self, text: str) -> str:
         """`text` without the token, e.g. when an endpoint echoes the Authorization header in an error body."""
@@ -115,6 +174,15 @@ class Hub:
 
     def _translate(self, exc: BaseException) -> PublishError | None:
         what, repo = self._what, self._repo
+        spent = isinstance(exc, BudgetSpent) or (is_transient(exc) and self._left() <= 0)
+        if spent and self._deadline is not None:
+            return PublishNetworkError(
+                f"publish ran out of its --timeout of {self._deadline.seconds:g} s while trying to {what}"
+                + ("" if isinstance(exc, BudgetSpent) else f" ({_short(exc)})"),
+                hint="re-run with a larger --timeout (e.g. --timeout 1800) if the Hub or the network is slow; "
+                "check the network and proxy settings (HTTPS_PROXY) and https://status.huggingface.co. A commit "
+                f"or tag cut off by the timeout may still have landed: look at https://huggingface.co/{repo}/commits first",
+            )
         if isinstance(exc, HfHubHTTPError):
             status = exc.response.status_code
             detail = f" ({self.redact(exc.server_message)})" if exc.server_message else ""
@@ -164,18 +232,38 @@ def _exception_text(exc: BaseException) -> str:
     return "\n".join(parts)
 
 
+#: The budget of each attempt's worker thread, read by the request hook; other threads are left alone.
+_WORKER_DEADLINES: weakref.WeakKeyDictionary[threading.Thread, Deadline] = weakref.WeakKeyDictionary()
+
+
 @contextmanager
 def hub_timeouts(*, connect_s: float, read_s: float) -> Iterator[None]:
-    """Every Hub request in this block times out: huggingface_hub's shared client has no timeout,
-    so a Hub that accepts a connection and never answers would hold a call for ever. A timeout
-    is a transport error, so it is retried like one and ends in PublishNetworkError."""
+    """Every Hub request made by a `Hub` attempt in this block times out: huggingface_hub's shared
+    client has no timeout, so a Hub that accepts a connection and never answers would hold a call
+    for ever. A timeout is a transport error, so it is retried like one and ends in
+    PublishNetworkError. No request waits longer than the --timeout budget has left, and none
+    starts once it is spent (huggingface_hub retries some requests itself)."""
+
+    def cap(request: httpx2.Request) -> None:
+        deadline = _WORKER_DEADLINES.get(threading.current_thread())
+        if deadline is None:
+            return
+        left = deadline.left()
+        if left <= 0:
+            raise BudgetSpent("no time left for another request")
+        limits = {"connect": min(connect_s, left), "read": min(read_s, left), "write": min(read_s, left), "pool": min(read_s, left)}
+        given = request.extensions.get("timeout") or {}
+        request.extensions["timeout"] = {k: v if given.get(k) is None else min(given[k], v) for k, v in limits.items()}
+
     session = get_session()
-    previous = session.timeout
-    session.timeout = httpx2.Timeout(read_s, connect=connect_s)
+    previous = session.event_hooks
+    session.event_hooks = {**previous, "request": [*previous.get("request", []), cap]}
     try:
         yield
     finally:
-        session.timeout = previous
+        # A worker left running at the deadline keeps the hook, so it can start no further request.
+        if not any(t.is_alive() for t in list(_WORKER_DEADLINES)):
+            session.event_hooks = previous
 
 
 def _short(exc: BaseException | None) -> str:

@@ -24,6 +24,10 @@ class PublishRequest(BaseModel):
     tag: str | None = Field(default=None, min_length=1, description="Tag for the commit; default: the bundle version.")
     yes: bool = Field(default=False, description="Upload; without it only the plan is printed.")
     allow_failed_gates: bool = Field(default=False, description="Publish despite missing or failed gates, with a warning card.")
+    timeout_s: float = Field(
+        default=constants.PUBLISH_TIMEOUT_S, gt=0, allow_inf_nan=False,
+        description="Seconds the Hub part of publish may take in all: every call, retry and backoff wait.",
+    )
 
     @field_validator("repo")
     @classmethod
@@ -36,6 +40,15 @@ class PublishRequest(BaseModel):
             raise ValueError(str(exc)) from exc
         return value
 
+    @field_validator("revision", "tag")
+    @classmethod
+    def _ref_name(cls, value: str | None) -> str | None:
+        # The Hub refuses a bad branch or tag only when it is created: a bad tag after the commit landed.
+        problem = None if value is None else ref_name_problem(value)
+        if problem:
+            raise ValueError(f"{value!r} is not a git branch or tag name: {problem}")
+        return value
+
     @classmethod
     def parse(cls, **fields: object) -> PublishRequest:
         """Build a request, turning a validation failure into a PublishError naming the option."""
@@ -43,8 +56,35 @@ class PublishRequest(BaseModel):
             return cls(**fields)
         except ValidationError as exc:
             first = exc.errors()[0]
-            option = "--" + str(first["loc"][0]).replace("_", "-") if first["loc"] else "arguments"
-            raise PublishError(f"{option}: {first['msg']}", hint="see `builder publish --help`") from exc
+            field = str(first["loc"][0]) if first["loc"] else ""
+            option = _OPTIONS.get(field, "--" + field.replace("_", "-")) if field else "arguments"
+            hint = _HINTS.get(field, "see `builder publish --help`")
+            raise PublishError(f"{option}: {first['msg']}", hint=hint) from exc
+
+
+#: Fields whose command-line spelling is not --<field>.
+_OPTIONS = {"timeout_s": "--timeout", "bundle_dir": "BUNDLE_DIR"}
+_HINTS = {
+    "timeout_s": "pass a positive number of seconds, e.g. --timeout 600",
+    "tag": "use letters, digits, '.', '-', '_' and '/', e.g. --tag v0.3.1",
+    "revision": "use letters, digits, '.', '-', '_' and '/', e.g. --revision main",
+}
+
+
+def ref_name_problem(name: str) -> str | None:
+    """Why git (and so the Hub) would refuse ``name`` as a branch or tag, or None (git check-ref-format)."""
+    if not name:
+        return "it is empty"
+    bad = next((c for c in name if ord(c) < 0x20 or ord(c) == 0x7F or c in " ~^:?*[\\"), None)
+    if bad is not None:
+        return f"it holds {bad!r}"
+    if name == "@" or "@{" in name:
+        return "it is '@' or holds '@{'"
+    if ".." in name or "//" in name or name.startswith("/") or name.endswith(("/", ".")):
+        return "it holds '..' or '//', or starts with '/' or ends with '/' or '.'"
+    if any(part.startswith(".") or part.endswith(".lock") for part in name.split("/")):
+        return "a part starts with '.' or ends with '.lock'"
+    return None
 
 
 class GateStatus(BaseModel):

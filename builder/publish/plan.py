@@ -11,7 +11,8 @@ from rich.text import Text
 from builder import constants
 from builder.bundle import BundleManifest
 from builder.hashing import sha256_file
-from builder.publish.models import GateReport, PublishPlan, PublishRequest
+from builder.errors import PublishError
+from builder.publish.models import GateReport, PublishPlan, PublishRequest, ref_name_problem
 from builder.publish.stage import planned_files
 
 
@@ -19,6 +20,10 @@ def make_plan(*, request: PublishRequest, release: BundleManifest, source_dir: P
     checksums = sha256_file(source_dir / constants.CHECKSUMS_NAME)
     bundle_checksums = sha256_file(request.bundle_dir / constants.CHECKSUMS_NAME)
     card_modified = source_dir != request.bundle_dir
+    tag = request.tag or release.bundle_version
+    if problem := ref_name_problem(tag):  # the default tag comes from bundle.json; checked before any Hub call
+        raise PublishError(f"bundle_version {tag!r} of {request.bundle_dir} is no tag name: {problem}",
+                           hint="pass --tag with a valid tag, e.g. --tag v0.3.1")
     description = [
         f"Release bundle of qfn-int8kv for target {release.target}, version {release.bundle_version}.",
         f"{constants.CHECKSUMS_NAME} sha256: {checksums}; check a download with `sha256sum -c --strict {constants.CHECKSUMS_NAME}`.",
@@ -33,7 +38,7 @@ def make_plan(*, request: PublishRequest, release: BundleManifest, source_dir: P
         repo=request.repo,
         revision=request.revision,
         private=request.private,
-        tag=request.tag or release.bundle_version,
+        tag=tag,
         release=release,
         files=planned_files(source_dir),
         commit_message=f"Release {release.target} {release.bundle_version} ({constants.CHECKSUMS_NAME} sha256:{checksums})",
