@@ -77,10 +77,12 @@ def bundle_cmd(
 
 @app.command()
 def verify(
-    directory: Path = typer.Argument(..., help="A bundle folder (holds CHECKSUMS.sha256 and bundle.json)."),
+    # readable=False: an unreadable folder is verify's own finding (exit 13, with the fix), not a usage error.
+    directory: Path = typer.Argument(..., readable=False, help="A bundle folder (holds CHECKSUMS.sha256 and bundle.json)."),
     as_json: bool = typer.Option(False, "--json", help="Print the report as JSON instead of a table."),
 ) -> None:
-    """Check a bundle against its CHECKSUMS.sha256: modified, missing and unexpected files."""
+    """Check a bundle against its CHECKSUMS.sha256 (modified, missing, unexpected and unreadable files) and
+    what its bundle.json and card claim (patch-series sha256, target, file list)."""
     from rich.table import Table
 
     report = bundle_step.verify_bundle(directory)
@@ -88,10 +90,12 @@ def verify(
         typer.echo(report.model_dump_json(indent=2))
     elif report.ok:
         out_console.print(
-            f"[bold green]ok[/] {escape(str(directory))}: {report.checked} files match CHECKSUMS.sha256", highlight=False, soft_wrap=True
+            f"[bold green]ok[/] {escape(str(directory))}: {report.checked} files match CHECKSUMS.sha256"
+            + (", and bundle.json's claims hold" if report.bundle is not None else ""), highlight=False, soft_wrap=True
         )
     else:
-        table = Table(title=Text(f"{directory}: differs from CHECKSUMS.sha256"))
+        title = "differs from CHECKSUMS.sha256" if report.file_problems() else "contradicts its bundle.json or card"
+        table = Table(title=Text(f"{directory}: {title}"))
         table.add_column("problem", style="bold red")
         table.add_column("file")
         for kind, path in report.problems():
