@@ -20,6 +20,7 @@ from huggingface_hub.hf_api import CommitInfo, GitRefInfo, GitRefs
 from huggingface_hub.utils import hf_raise_for_status
 
 from builder import constants
+from builder.checksums import tree_digest
 
 FAKE_TOKEN = "hf_QFNfakeTOKENneverPRINTED0123456789abcd"
 
@@ -91,6 +92,9 @@ def make_bundle(root: Path, *, gates: dict[str, dict[str, Any]] | None = None, c
         path = root / rel
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text)
+    # bundle.json's series digest must be that of patches/, as verify checks it.
+    manifest = root / constants.BUNDLE_MANIFEST_NAME
+    manifest.write_text(json.dumps({**json.loads(manifest.read_text()), "patch_series_sha256": tree_digest(root / "patches")}))
     write_checksums(root)
     return root
 
