@@ -48,7 +48,7 @@ def require_token() -> str:
 
 
 class Deadline:
-    """`publish --timeout`: one budget for the whole Hub part, started when the first call is made."""
+    """`publish --timeout`: one budget for the whole Hub part, started when publish turns to the Hub."""
 
     def __init__(self, seconds: float, *, clock: Callable[[], float] = time.monotonic) -> None:
         self.seconds = seconds
@@ -244,11 +244,13 @@ def hub_timeouts(*, connect_s: float, read_s: float) -> Iterator[None]:
     PublishNetworkError. No request waits longer than the --timeout budget has left, and none
     starts once it is spent (huggingface_hub retries some requests itself)."""
 
+    active = True
+
     def cap(request: httpx2.Request) -> None:
         deadline = _WORKER_DEADLINES.get(threading.current_thread())
-        if deadline is None:
+        if deadline is None and not active:  # the block is over: only a left-behind worker is held to it
             return
-        left = deadline.left()
+        left = deadline.left() if deadline is not None else float("inf")
         if left <= 0:
             raise BudgetSpent("no time left for another request")
         limits = {"connect": min(connect_s, left), "read": min(read_s, left), "write": min(read_s, left), "pool": min(read_s, left)}
@@ -261,6 +263,7 @@ def hub_timeouts(*, connect_s: float, read_s: float) -> Iterator[None]:
     try:
         yield
     finally:
+        active = False
         # A worker left running at the deadline keeps the hook, so it can start no further request.
         if not any(t.is_alive() for t in list(_WORKER_DEADLINES)):
             session.event_hooks = previous
