@@ -18,7 +18,11 @@ std, as numpy's defaults that vLLM uses.
 Usage:
   python benchmark_vllm.py --url http://127.0.0.1:8000 --workload all --out results/
   python benchmark_vllm.py --url http://A:8000 --ab-url http://B:8000 --rounds 4 --out ab/
-A server started with an API key needs it in VLLM_API_KEY (sent as a Bearer token).
+A server started with an API key needs it in VLLM_API_KEY (sent as a Bearer token); the key
+is never printed nor written: it, and any `Bearer <token>`, reads <redacted> in output and files.
+Exit status: 0 every request succeeded, 1 some requests failed (see the JSON files) or a bug
+(with its traceback), 2 bad arguments, 3 the server refused or failed a request the benchmark
+cannot go on without (the message names it and what to do).
 """
 
 from __future__ import annotations
@@ -34,15 +38,128 @@ import secrets
 import statistics
 import sys
 import time
+import traceback
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Awaitable, Callable, Iterable, Sequence
+from typing import Any, Awaitable, Callable, Iterable, Iterator, Sequence
 
 import httpx
 
 PERCENTILES = (50, 90, 95, 99)
 METRICS_MS = ("ttft", "tpot", "itl", "e2el")
 REQUEST_TIMEOUT_S = 3600.0
+#: The standalone script's exit status when the server refuses a request it needs (EndpointError).
+EXIT_ENDPOINT = 3
+
+# ---------------------------------------------------------------------------------------------
+# Redaction: the API key never reaches output or a file
+#
+# The one rule for the whole builder: builder/redact.py re-exports it for every stage. It lives
+# here because this file also ships alone in each bundle (benchmark_vllm.py) and may import
+# nothing of the builder, so the copy users run applies the same rule.
+
+#: The variable the key is read from, as vLLM reads it.
+API_KEY_ENV = "VLLM_API_KEY"
+#: What the key, or any bearer credential, reads as in output and files.
+REDACTED = "<redacted>"
+# A bearer credential in text. A backslash ends it too, so an escape after it (JSON in a string) stays whole.
+_BEARER = re.compile(r"\b(Bearer)\s+[^\s\"'\\,;)]+", re.IGNORECASE)
+
+
+def _spellings(secret: str) -> set[str]:
+    """How a value shows up in text: as is, inside a JSON string (escaped or not), inside a repr."""
+    return {secret, json.dumps(secret)[1:-1], json.dumps(secret, ensure_ascii=False)[1:-1], repr(secret)[1:-1]}
+
+
+def redact(text: str, *secrets: str | None) -> str:
+    """`text` with the API key in VLLM_API_KEY, each of `secrets`, and every `Bearer <token>`
+    replaced by REDACTED. Redact before cutting a text short: a cut key is no longer found."""
+    forms = {form for s in (os.environ.get(API_KEY_ENV), *secrets) if s for form in _spellings(s)}
+    for form in sorted(forms, key=len, reverse=True):  # a longer spelling first: it may hold a shorter one
+        text = text.replace(form, REDACTED)
+    return _BEARER.sub(rf"\1 {REDACTED}", text)
+
+
+def redact_data(value: Any, *secrets: str | None) -> Any:
+    """A JSON-like value with every string in it (dict keys included) redacted; redacting the
+    data rather than its serialized text finds the key however the serializer escapes it."""
+    if isinstance(value, str):
+        return redact(value, *secrets)
+    if isinstance(value, dict):
+        return {redact(k, *secrets) if isinstance(k, str) else k: redact_data(v, *secrets) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [redact_data(v, *secrets) for v in value]
+    return value
+
+
+class RedactingStream:
+    """A text stream that redacts what is written through it; everything else is the wrapped stream's."""
+
+    def __init__(self, stream: Any, *secrets: str | None) -> None:
+        self._stream, self._secrets = stream, secrets
+
+    def write(self, text: str) -> int:
+        self._stream.write(redact(text, *self._secrets))
+        return len(text)
+
+    def writelines(self, lines: Iterable[str]) -> None:
+        for line in lines:
+            self.write(line)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
+
+
+@contextmanager
+def redacted_output(*secrets: str | None) -> Iterator[None]:
+    """sys.stdout and sys.stderr redacted while the block runs: whatever prints, a traceback too."""
+    saved = sys.stdout, sys.stderr
+    sys.stdout, sys.stderr = RedactingStream(sys.stdout, *secrets), RedactingStream(sys.stderr, *secrets)
+    try:
+        yield
+    finally:
+        sys.stdout, sys.stderr = saved
+
+
+# ---------------------------------------------------------------------------------------------
+# Requests the benchmark cannot go on without
+
+
+class EndpointError(Exception):
+    """The server refused or failed a request the benchmark needs (/tokenize, /v1/models,
+    /metrics). ``message`` names the endpoint and its answer; ``hint`` says what to do."""
+
+    def __init__(self, message: str, *, hint: str) -> None:
+        super().__init__(f"{message}\n  fix: {hint}")
+        self.message, self.hint = message, hint
+
+
+class RequestFailed(RuntimeError):
+    """A measured request failed; the message names the arm and the server's answer."""
+
+
+def require_ok(resp: httpx.Response, *, purpose: str, hint: str) -> None:
+    """EndpointError unless `resp` is a 2xx; 401/403 get the key's hint, any other its caller's."""
+    if resp.is_success:
+        return
+    url = str(resp.request.url.copy_with(query=None))
+    if resp.status_code in (401, 403):
+        hint = f"set {API_KEY_ENV} to the key the server was started with (its --api-key)"
+    body = " ".join(redact(resp.text).split())[:300]
+    raise EndpointError(f"{url} answered HTTP {resp.status_code} to {purpose}: {body or '(empty body)'}", hint=hint)
+
+
+async def _request(client: httpx.AsyncClient, method: str, url: str, *, purpose: str, hint: str,
+                   **kwargs: Any) -> httpx.Response:
+    """One request the benchmark needs: an answer other than 2xx, or none, is an EndpointError."""
+    try:
+        resp = await client.request(method, url, **kwargs)
+    except httpx.HTTPError as exc:
+        raise EndpointError(f"{url} did not answer {purpose} ({type(exc).__name__}: {redact(str(exc))})",
+                            hint="check that the server is up at that URL") from None
+    require_ok(resp, purpose=purpose, hint=hint)
+    return resp
 
 # ---------------------------------------------------------------------------------------------
 # Server-sent events
@@ -167,7 +284,7 @@ def output_from_events(start: float, timed_payloads: Iterable[tuple[float, str]]
     for stamp, payload in timed_payloads:
         data = json.loads(payload)
         if data.get("error") or data.get("object") == "error":
-            out.error = json.dumps(data.get("error", data))[:500]
+            out.error = redact(json.dumps(data.get("error", data)))[:500]
             return out
         choices = data.get("choices")
         if choices:
@@ -208,13 +325,13 @@ async def stream_request(
         ) as resp:
             if resp.status_code != 200:
                 body = (await resp.aread()).decode(errors="replace")
-                return RequestOutput(error=f"HTTP {resp.status_code}: {body[:500]}")
+                return RequestOutput(error=f"HTTP {resp.status_code}: {redact(body)[:500]}")
             async for chunk in resp.aiter_text():
                 for payload in parser.feed(chunk):
                     timed.append((time.perf_counter(), payload))
             timed.extend((time.perf_counter(), p) for p in parser.close())
     except httpx.HTTPError as exc:
-        return RequestOutput(error=f"{type(exc).__name__}: {exc}")
+        return RequestOutput(error=f"{type(exc).__name__}: {redact(str(exc))}")
     return output_from_events(start, timed)
 
 
@@ -227,7 +344,7 @@ async def post_json(
     try:
         answer = resp.json()
     except ValueError:
-        answer = {"error": resp.text[:2000]}
+        answer = {"error": redact(resp.text)[:2000]}
     if resp.status_code != 200:
         answer = {"http_status": resp.status_code, **answer}
     return body, answer
@@ -329,9 +446,17 @@ async def count_tokens(
         body.update(messages=messages, add_generation_prompt=True)
     else:
         body.update(prompt=text, add_special_tokens=True)
-    resp = await client.post(base_url.rstrip("/") + "/tokenize", json=body, timeout=120)
-    resp.raise_for_status()
-    return int(resp.json()["count"])
+    url = base_url.rstrip("/") + "/tokenize"
+    resp = await _request(client, "POST", url, json=body, timeout=120, purpose="a token count", hint=_TOKENIZE_HINT)
+    try:
+        return int(resp.json()["count"])
+    except (ValueError, KeyError, TypeError):
+        raise EndpointError(f"{url} answered {resp.status_code} without a token count: {redact(resp.text)[:200]!r}",
+                            hint="point --url at a vLLM OpenAI server: its /tokenize answers {\"count\": N, ...}") from None
+
+
+_TOKENIZE_HINT = ("prompts are sized with the server's own /tokenize: read the server log for why it refused; "
+                  "a model served without its tokenizer (--skip-tokenizer-init) or chat template cannot be counted")
 
 
 async def largest_fitting(count: Callable[[int], Awaitable[int]], limit: int, n_items: int) -> int:
@@ -577,8 +702,8 @@ def kv_pool_tokens_from_log(log: str) -> int | None:
 
 
 async def scrape(client: httpx.AsyncClient, base_url: str) -> list[Sample]:
-    resp = await client.get(base_url.rstrip("/") + "/metrics", timeout=30)
-    resp.raise_for_status()
+    resp = await _request(client, "GET", base_url.rstrip("/") + "/metrics", timeout=30, purpose="a metrics scrape",
+                          hint="serve with vLLM's OpenAI server, which exports Prometheus metrics at /metrics")
     return parse_metrics(resp.text)
 
 
@@ -632,7 +757,7 @@ async def measure_arm(
         await bg
     after = await scrape(client, arm.base_url)
     if not out.success:
-        raise RuntimeError(f"arm {arm.label}: request failed: {out.error}")
+        raise RequestFailed(f"arm {arm.label}: request failed: {out.error}")
     return {
         "ttft_ms": out.ttft * 1000,
         "decode_tok_s": out.decode_tok_s,
@@ -713,10 +838,15 @@ def format_ab_table(ab: dict[str, Any]) -> str:
 
 
 async def _served_model(client: httpx.AsyncClient, base_url: str) -> tuple[str, int]:
-    resp = await client.get(base_url.rstrip("/") + "/v1/models", timeout=30)
-    resp.raise_for_status()
-    card = resp.json()["data"][0]
-    return card["id"], int(card.get("max_model_len") or 0)
+    url = base_url.rstrip("/") + "/v1/models"
+    resp = await _request(client, "GET", url, timeout=30, purpose="the model list",
+                          hint="point --url at the vLLM server itself (check the host and port)")
+    try:
+        card = resp.json()["data"][0]
+        return card["id"], int(card.get("max_model_len") or 0)
+    except (ValueError, KeyError, IndexError, TypeError):
+        raise EndpointError(f"{url} answered without a model list: {redact(resp.text)[:200]!r}",
+                            hint="point --url at the vLLM server itself (check the host and port)") from None
 
 
 async def _main(args: argparse.Namespace) -> int:
@@ -733,7 +863,7 @@ async def _main(args: argparse.Namespace) -> int:
                 rounds=args.rounds, input_len=args.ab_input_len, output_len=args.ab_output_len,
                 background_streams=args.background,
             )
-            (out / "ab.json").write_text(json.dumps(ab, indent=2))
+            (out / "ab.json").write_text(json.dumps(redact_data(ab), indent=2))
             print(format_ab_table(ab))
             return 0
         suite = standard_suite(
@@ -745,7 +875,7 @@ async def _main(args: argparse.Namespace) -> int:
         failed = 0
         for wl in suite:
             res = await run_workload(client, args.url, model, wl)
-            (out / f"bench-{wl.name}.json").write_text(json.dumps(res, indent=2))
+            (out / f"bench-{wl.name}.json").write_text(json.dumps(redact_data(res), indent=2))
             failed += res["failed"]
             print(f"{wl.name:>16}: ttft {res['mean_ttft_ms']:9.1f} ms  tpot {res['mean_tpot_ms']:7.2f} ms  "
                   f"out {res['output_throughput']:8.1f} tok/s  ok {res['completed']}/{wl.num_prompts}")
@@ -769,7 +899,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--ab-input-len", type=int, default=2048)
     p.add_argument("--ab-output-len", type=int, default=128)
     p.add_argument("--background", type=int, default=1, help="background decode streams per arm")
-    return asyncio.run(_main(p.parse_args(argv)))
+    args = p.parse_args(argv)
+    with redacted_output():
+        try:
+            return asyncio.run(_main(args))
+        except (EndpointError, RequestFailed) as exc:  # the server's fault, not a bug: no traceback
+            print(f"error: {exc}", file=sys.stderr)
+            return EXIT_ENDPOINT
+        except Exception:  # a bug keeps its traceback, printed here so it is redacted too
+            traceback.print_exc()
+            return 1
 
 
 if __name__ == "__main__":
