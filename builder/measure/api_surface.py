@@ -20,6 +20,7 @@ from pydantic import BaseModel, ConfigDict
 from builder.measure._json_prefix import is_json_prefix
 from builder.measure import client as bench
 from builder.measure.settings import JsonModeRule
+from builder.redact import redact
 
 #: A prompt every chat model continues with ordinary words.
 PROMPT = "The capital of France is"
@@ -106,7 +107,7 @@ class ApiSurface:
             except openai.APIStatusError as exc:
                 ok, detail = False, f"HTTP {exc.status_code}: {_body(exc)}"
             except (openai.APIConnectionError, openai.APITimeoutError, httpx.HTTPError) as exc:
-                ok, detail = False, f"{type(exc).__name__}: {exc}"
+                ok, detail = False, f"{type(exc).__name__}: {redact(str(exc))}"
             seconds = time.monotonic() - start
             health = await self._health()
             if health != 200:
@@ -266,8 +267,10 @@ class ApiSurface:
         r = await self.http.post(
             f"{self.url}/v1/chat/completions", content=content, headers={"content-type": "application/json"}, timeout=60,
         )
-        _expect(400 <= r.status_code < 500, f"HTTP {r.status_code} (a client error, 4xx, was expected): {r.text[:200]}")
-        return {"detail": f"{r.status_code}: {r.text[:120]}"}
+        # Error bodies may echo the request's Authorization header: redacted before they are cut.
+        text = redact(r.text)
+        _expect(400 <= r.status_code < 500, f"HTTP {r.status_code} (a client error, 4xx, was expected): {text[:200]}")
+        return {"detail": f"{r.status_code}: {text[:120]}"}
 
     async def malformed_json_body(self) -> dict[str, Any]:
         return await self._raw(b'{"model": "x", "messages": [')
@@ -325,7 +328,8 @@ def _expect(condition: object, message: str) -> None:
 
 
 def _body(exc: openai.APIStatusError) -> str:
+    """The error's body, redacted before it is cut (it may echo the request's Authorization header)."""
     try:
-        return json.dumps(exc.body)[:300] if exc.body is not None else exc.message[:300]
+        return redact(json.dumps(exc.body) if exc.body is not None else exc.message)[:300]
     except (TypeError, ValueError):
-        return str(exc)[:300]
+        return redact(str(exc))[:300]

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -13,12 +15,22 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from builder.errors import MeasureError
 from builder.measure import client as bench
-from builder.measure.evidence import BenchEvidence, now, write_bytes_atomic, write_json_atomic
+from builder.measure.evidence import BenchEvidence, now, write_bytes_atomic, write_json_atomic, write_text_atomic
 from builder.measure.report import bench_chart_png, bench_markdown, bench_table, make_console
 from builder.measure.server import probe
 from builder.serve.auth import auth_headers
 
 Workload = bench.Workload
+
+
+@contextmanager
+def endpoint_errors() -> Iterator[None]:
+    """The client's EndpointError (a request the run needs was refused) as a MeasureError: exit 50
+    with the endpoint, its answer and the fix, not a traceback."""
+    try:
+        yield
+    except bench.EndpointError as exc:
+        raise MeasureError(exc.message, hint=exc.hint) from None
 
 
 def _progress(console: Console) -> Progress:
@@ -32,6 +44,14 @@ async def run_suite_async(
     *, url: str, suite: list[Any], target: str, config_digest: str, out_dir: Path, console: Console,
 ) -> list[BenchEvidence]:
     """Run each workload in turn; write bench-<workload>.json as each finishes."""
+    with endpoint_errors():
+        return await _run_suite(url=url, suite=suite, target=target, config_digest=config_digest, out_dir=out_dir,
+                                console=console)
+
+
+async def _run_suite(
+    *, url: str, suite: list[Any], target: str, config_digest: str, out_dir: Path, console: Console,
+) -> list[BenchEvidence]:
     results = []
     async with httpx.AsyncClient(headers=auth_headers()) as client:
         server = await probe(client, url)
@@ -82,7 +102,7 @@ def run_bench(
         url=url, suite=suite, target=target, config_digest=config_digest, out_dir=out_dir, console=console,
     ))
     title = f"{target}: benchmark"
-    write_bytes_atomic(out_dir / "bench.md", bench_markdown(results, title=title).encode())
+    write_text_atomic(out_dir / "bench.md", bench_markdown(results, title=title))
     png = bench_chart_png(results, title=title)
     if png is None:
         console.print("[yellow]matplotlib is not installed (pip install '.[plot]'): no bench.png[/]")
@@ -110,13 +130,14 @@ def run_ab(
                         client, *arms, rounds=rounds, input_len=input_len, output_len=output_len,
                         background_streams=background_streams, on_done=lambda: progress.advance(task),
                     )
-                except RuntimeError as exc:  # a failed measured request names its arm
+                except bench.RequestFailed as exc:  # a failed measured request names its arm
                     raise MeasureError(str(exc), hint="check that arm's server log") from exc
             ab["servers"] = {lbl: s.model_dump() for lbl, s in zip((label_a, label_b), servers)}
             ab["created"] = now().isoformat()
             return ab
 
-    ab = asyncio.run(go())
+    with endpoint_errors():
+        ab = asyncio.run(go())
     table = bench.format_ab_table(ab)
     write_json_atomic(out_dir / "ab.json", ab)
     text = (
@@ -124,6 +145,6 @@ def run_ab(
         f"tokens, {output_len} output tokens, {background_streams} background decode stream(s) on the arm "
         f"under test. Delta = (B - A) / A per pair; spread = sd of the per-pair deltas.\n\n{table}\n"
     )
-    write_bytes_atomic(out_dir / "ab.md", text.encode())
+    write_text_atomic(out_dir / "ab.md", text)
     console.print(table, highlight=False, markup=False)
     return ab

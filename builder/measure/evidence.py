@@ -12,6 +12,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from builder.errors import MeasureError
+from builder.redact import redact, redact_data
 
 
 class ServerInfo(BaseModel):
@@ -85,12 +86,21 @@ def now() -> datetime:
 
 
 def write_json_atomic(path: Path, data: BaseModel | dict[str, Any]) -> Path:
-    """Write to a temp file beside `path`, then rename into place."""
-    text = data.model_dump_json(indent=2) if isinstance(data, BaseModel) else json.dumps(data, indent=2, default=str)
-    return write_bytes_atomic(path, (text + "\n").encode())
+    """Write to a temp file beside `path`, then rename into place; the API key redacted.
+
+    Server answers land in evidence whole (an error body may echo the request's Authorization
+    header), so every string is redacted: on the data, where the key is found however JSON escapes it."""
+    plain = json.loads(data.model_dump_json()) if isinstance(data, BaseModel) else json.loads(json.dumps(data, default=str))
+    return write_bytes_atomic(path, (json.dumps(redact_data(plain), indent=2, ensure_ascii=False) + "\n").encode())
+
+
+def write_text_atomic(path: Path, text: str) -> Path:
+    """A text file (markdown) written like write_json_atomic, the API key redacted."""
+    return write_bytes_atomic(path, redact(text).encode())
 
 
 def write_bytes_atomic(path: Path, data: bytes) -> Path:
+    """Bytes as given (a chart): text goes through write_text_atomic or write_json_atomic."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     with os.fdopen(fd, "wb") as fh:

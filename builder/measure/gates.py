@@ -24,10 +24,12 @@ from builder.constants import GATE_NAMES, REPO_ROOT
 from builder.errors import GateFailed, MeasureError
 from builder.measure.api_surface import ApiSurface
 from builder.measure import client as bench
+from builder.measure.bench import endpoint_errors
 from builder.measure.evidence import GateEvidence, ServerInfo, now, write_json_atomic
 from builder.measure.report import make_console
 from builder.measure.server import probe
 from builder.measure.settings import Expectations, GateSettings, PlannedPool, Probe, RecallTask, load_expectations
+from builder.redact import redact
 from builder.serve.auth import api_key, auth_headers
 
 # Room left in the context for the answer and the chat template's closing tokens.
@@ -62,7 +64,7 @@ class GateContext:
         request, response = await bench.post_json(self.client, self.server.url, self.server.served_model, spec)
         if "http_status" in response:
             raise MeasureError(
-                f"{label}: the server answered HTTP {response['http_status']}: {json.dumps(response)[:300]}",
+                f"{label}: the server answered HTTP {response['http_status']}: {redact(json.dumps(response))[:300]}",
                 hint="check that the prompt fits max_model_len and the server log",
             )
         return bench.response_text(response), {"label": label, "request": request, "response": response}
@@ -342,6 +344,16 @@ async def run_gates_async(
     unknown = sorted(set(names) - set(GATES))
     if unknown:
         raise MeasureError(f"unknown gate(s) {unknown}", hint=f"choose from {list(GATE_NAMES)}")
+    with endpoint_errors():
+        return await _run_gates(url=url, target=target, settings=settings, config_digest=config_digest,
+                                out_dir=out_dir, names=names, expectations=expectations, server_log=server_log,
+                                console=console)
+
+
+async def _run_gates(
+    *, url: str, target: str, settings: GateSettings, config_digest: str, out_dir: Path, names: list[str],
+    expectations: Expectations, server_log: str | None, console: Console,
+) -> list[GateEvidence]:
     results = []
     async with httpx.AsyncClient(headers=auth_headers()) as client:
         server = await probe(client, url)
@@ -349,7 +361,8 @@ async def run_gates_async(
                           server_log=server_log)
         with console.status("") as status:
             for name in names:
-                status.update(Text(f"gate {name} on {server.served_model} ({server.kv_cache_dtype} KV)"))
+                # Redacted before rich lays the text out: a key wrapped across lines is no longer found.
+                status.update(Text(redact(f"gate {name} on {server.served_model} ({server.kv_cache_dtype} KV)")))
                 outcome = await GATES[name](ctx)
                 ev = GateEvidence(
                     gate=name, required=name in settings.gates.required, verdict=outcome.verdict,
@@ -359,7 +372,7 @@ async def run_gates_async(
                 )
                 write_json_atomic(out_dir / f"{name}.json", ev)
                 results.append(ev)
-                console.print(f"  {name:<13} {ev.verdict.upper():<4}  {ev.summary}", highlight=False, markup=False)
+                console.print(redact(f"  {name:<13} {ev.verdict.upper():<4}  {ev.summary}"), highlight=False, markup=False)
     return results
 
 
@@ -369,7 +382,7 @@ def gate_table(results: list[GateEvidence]) -> Table:
         table.add_column(col)
     for ev in results:
         colour = "green" if ev.verdict == "pass" else "red"
-        table.add_row(ev.gate, "yes" if ev.required else "no", Text(ev.verdict, style=colour), Text(ev.summary))
+        table.add_row(ev.gate, "yes" if ev.required else "no", Text(ev.verdict, style=colour), Text(redact(ev.summary)))
     return table
 
 
