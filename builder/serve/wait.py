@@ -26,6 +26,7 @@ from rich.console import Console
 from rich.text import Text
 
 from builder.errors import ServeError
+from builder.redact import redact
 from builder.serve.auth import api_key, auth_headers, unauthorized_message
 
 #: Seconds between polls, and between progress lines when the output is not a terminal.
@@ -130,7 +131,8 @@ def wait_ready(
 ) -> Ready:
     """``key``: the server's API key; default VLLM_API_KEY from the environment."""
     timeout_s = check_timeout(timeout_s)
-    headers = auth_headers(key if key is not None else api_key())
+    key = key if key is not None else api_key()
+    headers = auth_headers(key)
     base = base_url(url)
     console = console or Console(stderr=True)
     start = time.monotonic()
@@ -148,9 +150,10 @@ def wait_ready(
                 break
             except _CutOff as exc:
                 # A poll cut short by the deadline says less than the last one that was answered.
-                state = f"{state}; then {exc.state}" if state else exc.state
+                state = f"{state}; then {redact(exc.state, key)}" if state else redact(exc.state, key)
             except NotReady as exc:
-                state = exc.state
+                # States quote the server (the models it lists), which may echo the Authorization header.
+                state = redact(exc.state, key)
                 progress.update(state)
             left = deadline - time.monotonic()
             if left <= 0:
@@ -159,6 +162,9 @@ def wait_ready(
                     hint="raise --timeout if the model is still loading, or check the server log",
                 )
             time.sleep(min(poll_s, left))
+    except ServeError as exc:
+        # Its message may quote the server or the container's log (the alive check's last lines).
+        raise ServeError(redact(exc.message, key), hint=exc.hint and redact(exc.hint, key)) from None
     finally:
         progress.close()
     console.print(
