@@ -527,14 +527,25 @@ def plan_cmd(
 
 
 def main() -> None:
-    try:
-        app()
-    except BuilderError as exc:
-        # Messages quote user input (paths, names, server answers): printed as text, never as markup.
-        err_console.print(Text.assemble(("error:", "bold red"), " ", exc.message), highlight=False, soft_wrap=True)
-        if exc.hint:
-            err_console.print(Text.assemble("  ", ("fix:", "bold"), " ", exc.hint), highlight=False, soft_wrap=True)
-        sys.exit(exc.exit_code)
+    import traceback
+
+    from builder.redact import redact, redacted_output
+
+    # Everything printed, by any command or library, goes out with the API key redacted: a
+    # server's answer may echo the request's Authorization header.
+    with redacted_output():
+        try:
+            app()
+        except BuilderError as exc:
+            # Messages quote user input (paths, names, server answers): printed as text, never as markup.
+            message = redact(exc.message)  # before rich lays it out: a wrapped key is no longer found
+            err_console.print(Text.assemble(("error:", "bold red"), " ", message), highlight=False, soft_wrap=True)
+            if exc.hint:
+                err_console.print(Text.assemble("  ", ("fix:", "bold"), " ", redact(exc.hint)), highlight=False, soft_wrap=True)
+            sys.exit(exc.exit_code)
+        except Exception:  # a bug keeps its traceback, printed here (exit 1, as Python's own) so it is redacted too
+            traceback.print_exc()
+            sys.exit(1)
 
 
 if __name__ == "__main__":
