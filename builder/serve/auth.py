@@ -1,7 +1,9 @@
 """The server's API key, as vLLM itself takes it: the VLLM_API_KEY environment variable.
 
 Read from the environment only (never a command-line option, which `ps` and shell history
-show) and never printed: serve hands it to the container, wait/gates/bench send it.
+show) and never printed: serve hands it to the container, wait/gates/bench send it. A server
+may echo it back (an error body quoting the request's headers): builder.redact keeps it out of
+everything printed and every file written.
 """
 
 from __future__ import annotations
