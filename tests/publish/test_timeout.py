@@ -85,3 +85,45 @@ def test_default_budget_leaves_the_retry_policy_as_it_was(bundle, hub):
     sleeps: list[float] = []
     publish(request=request, console=Console(file=io.StringIO(), width=200), api_factory=hub, sleep=sleeps.append)
     assert sleeps == [constants.PUBLISH_RETRY_INITIAL_S, 2 * constants.PUBLISH_RETRY_INITIAL_S]
+
+
+class TricklingHub(SilentHub):
+    """Answers every request one byte every 0.2 s, for ever: no read ever waits long enough to time out."""
+
+    def _accept(self) -> None:
+        import threading
+
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            self.connections.append(conn)
+            threading.Thread(target=self._trickle, args=(conn,), daemon=True).start()
+
+    @staticmethod
+    def _trickle(conn) -> None:
+        try:
+            for byte in iter(lambda: b"HTTP/1.1 200 OK\r\nX-Slow: " + b"a" * 100000, None):
+                for i in range(len(byte)):
+                    conn.sendall(byte[i : i + 1])
+                    time.sleep(0.2)
+        except OSError:
+            return
+
+
+@pytest.mark.timeout(60)
+def test_a_hub_that_trickles_its_answer_cannot_hold_publish_past_the_timeout(bundle, monkeypatch, run_cli):
+    import huggingface_hub.constants as hf_constants
+
+    hub = TricklingHub()
+    monkeypatch.setattr(hf_constants, "ENDPOINT", hub.endpoint)
+    monkeypatch.setenv(constants.ENV_HF_TOKEN, FAKE_TOKEN)
+    try:
+        start = time.monotonic()
+        code, out, err = run_cli("publish", str(bundle), "--repo", "qfn/release", "--yes", "--timeout", "2")
+        took = time.monotonic() - start
+    finally:
+        hub.close()
+    assert code == 63 and "--timeout of 2 s" in " ".join(err.split()), out + err
+    assert took < 8, took
