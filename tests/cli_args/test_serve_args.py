@@ -14,8 +14,8 @@ RESERVED = ["DRY_RUN", "PATH", "MODEL_DIR", "PYTHON", "PYTHONPATH", "BASH_ENV", 
 
 
 @pytest.mark.parametrize("name", RESERVED)
-def test_env_of_a_reserved_name_is_refused_before_docker(name, listener, run_cli, tmp_path):
-    code, out, err = run_cli("serve", "--target", "cpu-smoke", "--model-dir", str(tmp_path), "--env", f"{name}=x")
+def test_env_of_a_reserved_name_is_refused_before_docker(name, listener, run_cli):
+    code, out, err = run_cli("serve", "--target", "cpu-smoke", "--env", f"{name}=x")
     text = " ".join(err.split())
     assert code == ConfigError.exit_code == 2, out + err
     assert f"--env {name}" in text and "fix:" in text
