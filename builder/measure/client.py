@@ -63,8 +63,10 @@ EXIT_ENDPOINT = 3
 API_KEY_ENV = "VLLM_API_KEY"
 #: What the key, or any bearer credential, reads as in output and files.
 REDACTED = "<redacted>"
-# A bearer credential in text. A backslash ends it too, so an escape after it (JSON in a string) stays whole.
-_BEARER = re.compile(r"\b(Bearer)\s+[^\s\"'\\,;)]+", re.IGNORECASE)
+# A bearer credential in text: the scheme as clients send it ("Bearer", any case after an
+# Authorization header). Model text is redacted too, so a bare lowercase "bearer of" stays prose.
+# A backslash ends the token, so an escape after it (JSON in a string) stays whole.
+_BEARER = re.compile(r"(\bBearer|(?i:authorization[\"']?\s*[:=]\s*[\"']?bearer))\s+[^\s\"'\\,;)]+")
 
 
 def _spellings(secret: str) -> set[str]:

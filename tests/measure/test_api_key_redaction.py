@@ -144,6 +144,16 @@ def test_the_rule_finds_the_key_however_text_spells_it(monkeypatch):
     assert redact("no key here: 42 tokens") == "no key here: 42 tokens"
 
 
+def test_a_credential_after_an_authorization_header_is_found_in_any_case_and_prose_is_left_alone(monkeypatch):
+    from builder.redact import redact
+
+    monkeypatch.delenv("VLLM_API_KEY", raising=False)
+    assert redact("authorization: bearer other-token") == "authorization: bearer <redacted>"
+    assert redact('{"AUTHORIZATION": "BEARER other-token"}') == '{"AUTHORIZATION": "BEARER <redacted>"}'
+    # Generated text lands in evidence files: a lowercase "bearer" in prose is not a credential.
+    assert redact("the bearer of this letter") == "the bearer of this letter"
+
+
 def test_the_rule_reads_the_variable_the_builder_reads():
     from builder.constants import ENV_VLLM_API_KEY
     from builder.measure import client
