@@ -4,7 +4,6 @@ each Hub failure turned into an error that says what to do."""
 from __future__ import annotations
 
 import os
-import re
 import threading
 import time
 import weakref
@@ -23,11 +22,9 @@ from tenacity import RetryCallState, Retrying, retry_if_exception, stop_after_at
 from builder import constants
 from builder.errors import PublishAuthError, PublishError, PublishNetworkError, PublishPermissionError
 from builder.publish.models import PublishPlan
+from builder.redact import redact
 
 REPO_TYPE = "model"
-#: What a token (or any bearer credential) in server text is printed as.
-REDACTED = "<redacted>"
-_BEARER = re.compile(r"Bearer\s+[^\s\"',;)]+", re.IGNORECASE)
 #: Files the Hub creates in every repo; never deleted as stale.
 HUB_OWNED = frozenset({".gitattributes"})
 LOGIN_HINT = f"run `hf auth login`, or set {constants.ENV_HF_TOKEN} to a token with write access"
@@ -159,10 +156,8 @@ class Hub:
         raise value
 
     def redact(self, text: str) -> str:
-        """`text` without the token, e.g. when an endpoint echoes the Authorization header in an error body."""
-        if self._secret:
-            text = text.replace(self._secret, REDACTED)
-        return _BEARER.sub(f"Bearer {REDACTED}", text)
+        """`text` with the Hub token, the API key and any bearer credential redacted (builder.redact's rule)."""
+        return redact(text, self._secret)
 
     def _announce_retry(self, state: RetryCallState) -> None:
         exc = state.outcome.exception() if state.outcome else None
