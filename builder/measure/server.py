@@ -29,7 +29,15 @@ async def probe(client: httpx.AsyncClient, url: str) -> ServerInfo:
             answer.status_code, f"{base}/v1/models", sent_key="authorization" in client.headers
         )
         raise MeasureError(message, hint=hint)
-    models = answer.json()["data"]
+    try:
+        bench.require_ok(answer, purpose="the model list", hint="check that --url is a vLLM OpenAI server")
+        models = answer.json()["data"]
+        models[0]["id"]
+    except bench.EndpointError as exc:
+        raise MeasureError(exc.message, hint=exc.hint) from None
+    except (ValueError, KeyError, IndexError, TypeError):
+        raise MeasureError(f"{base}/v1/models answered without a model list: {bench.redact(answer.text)[:200]!r}",
+                           hint="check that --url is a vLLM OpenAI server") from None
     version = (await client.get(base + "/version", timeout=10)).json().get("version", "unknown")
     samples = await bench.scrape(client, base)
     dtype = next((s.labels.get("cache_dtype") for s in samples if s.name == "vllm:cache_config_info"), None)

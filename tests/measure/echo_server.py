@@ -22,11 +22,12 @@ METRICS = (
 
 
 class EchoServer:
-    """Started on 127.0.0.1 at an unused port in a daemon thread; ``tokenize_status`` other than
-    200 makes /tokenize refuse with that status (and the echo)."""
+    """Started on 127.0.0.1 at an unused port in a daemon thread; ``tokenize_status`` or
+    ``models_status`` other than 200 makes /tokenize or /v1/models refuse with that status (and the echo)."""
 
     def __init__(self) -> None:
         self.tokenize_status = 200
+        self.models_status = 200
         outer = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
@@ -51,6 +52,8 @@ class EchoServer:
             def do_GET(self) -> None:
                 if self.path == "/health":
                     self._send(200, "", "text/plain")
+                elif self.path == "/v1/models" and outer.models_status != 200:
+                    self._echo(outer.models_status)
                 elif self.path == "/v1/models":
                     seen = f"gateway saw {self.headers.get('Authorization', 'no header')}"
                     self._send(200, {"object": "list", "data": [

@@ -57,3 +57,16 @@ def test_the_client_script_exits_3_with_the_same_message(refusing, tmp_path):
                 "--out", str(tmp_path / "results")], cwd=tmp_path)
     assert proc.returncode == 3, proc.stdout + proc.stderr
     assert_says_tokenize_refused(proc, refusing.url)
+
+
+@pytest.mark.parametrize("command", [["bench", "--workload", "decode", "--repeats", "1"], ["gates", "--only", "golden_probes"]])
+def test_a_refused_model_list_is_an_error_naming_the_endpoint(tmp_path, command):
+    server = EchoServer()
+    server.models_status = 500
+    try:
+        proc = run(["-m", "builder", *command, "--target", "cpu-smoke", "--url", server.url, "--out", str(tmp_path)])
+    finally:
+        server.stop()
+    assert proc.returncode == 50, proc.stdout + proc.stderr
+    assert "Traceback" not in proc.stderr, proc.stderr
+    assert f"{server.url}/v1/models answered HTTP 500 to the model list" in proc.stderr, proc.stderr
