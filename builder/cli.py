@@ -151,7 +151,7 @@ def image(
     the pinned image or engine lock, patches, AOT kernels, then the in-image self-check before tagging)."""
     from builder.constants import EVIDENCE_DIR
     from builder.image import build_image
-    from builder.image.build import check_ca_bundle
+    from builder.image.base import check_ca_bundle
     from builder.image.evidence import write_image_evidence
 
     check_ca_bundle(ca_bundle)  # before the daemon is asked anything
@@ -298,10 +298,11 @@ def base_lock(
 ) -> None:
     """Resolve vllm==0.33.0 and every dependency with the platform's own pip; write docker/locks/<engine>-linux-<arch>.txt."""
     from builder.constants import ENGINE_UPSTREAM_VERSION
-    from builder.image.base import resolve_lock
+    from builder.image.base import check_ca_bundle, resolve_lock
 
     if platform not in ("linux/amd64", "linux/arm64"):
         raise typer.BadParameter("--platform is linux/amd64 or linux/arm64")
+    check_ca_bundle(ca_bundle)
     out = resolve_lock(arch=platform.split("/", 1)[1], ca_bundle=ca_bundle, console=err_console, engine=f"vllm=={ENGINE_UPSTREAM_VERSION}")
     typer.echo(out)
 
@@ -314,8 +315,9 @@ def base_build(
     """Build (or reuse) the target's engine base from its pinned lock; `builder image` does this itself."""
     from builder.constants import REPO_ROOT
     from builder.errors import ConfigError
-    from builder.image.base import ensure_lock_base, load_pinned_lock
+    from builder.image.base import check_ca_bundle, ensure_lock_base, load_pinned_lock
 
+    check_ca_bundle(ca_bundle)
     cfg = config.load_target(target)
     t = cfg.target
     if t.base_source != "wheel-lock":

@@ -151,11 +151,18 @@ def _run(
     return container, lines
 
 
+def check_ca_bundle(ca_bundle: Path | None) -> Path | None:
+    """--ca-bundle must be a readable file. Commands call this first: found only when a container
+    is set up, it would fail after the daemon was contacted (and, for an image, after its base was built)."""
+    if ca_bundle is not None and not (ca_bundle.is_file() and os.access(ca_bundle, os.R_OK)):
+        raise DockerError(f"--ca-bundle {ca_bundle} is not a readable file",
+                          hint="pass a PEM bundle, e.g. /etc/ssl/certs/ca-certificates.crt")
+    return ca_bundle
+
+
 def _ca_mount(ca_bundle: Path | None) -> tuple[dict[str, dict[str, str]], dict[str, str]]:
-    if ca_bundle is None:
+    if check_ca_bundle(ca_bundle) is None:
         return {}, {}
-    if not ca_bundle.is_file():
-        raise DockerError(f"--ca-bundle {ca_bundle} is not a file", hint="pass a PEM bundle, e.g. /etc/ssl/certs/ca-certificates.crt")
     return {str(ca_bundle.resolve()): {"bind": "/qfn-ca/ca.crt", "mode": "ro"}}, {"PIP_CERT": "/qfn-ca/ca.crt"}
 
 

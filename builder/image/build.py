@@ -20,7 +20,7 @@ from rich.console import Console
 from builder.config import ReleaseConfig
 from builder.constants import DOCKER_SLOW_API_TIMEOUT_S, EMULATION_PRELOAD, EVIDENCE_DIR, REPO_ROOT
 from builder.errors import DockerError, SelfCheckError
-from builder.image.base import emulation_needed, ensure_lock_base, load_pinned_lock
+from builder.image.base import check_ca_bundle, emulation_needed, ensure_lock_base, load_pinned_lock
 from builder.image.context import assemble_context
 from builder.image.daemon import daemon_arch, docker_client
 from builder.image.extract import extract_file
@@ -142,14 +142,6 @@ def build_image(
         selfcheck_seconds=check_seconds, emulated=emulated, platform=recipe.platform, size_bytes=int(image.attrs.get("Size", 0)),
         layers=layers, selfcheck_output=check_out, kernel_report=report, log=log.lines,
     )  # fmt: skip
-
-
-def check_ca_bundle(ca_bundle: Path | None) -> Path | None:
-    """--ca-bundle must be a file: found missing only when the context is assembled, it would fail
-    after the daemon was contacted (and, for a lock base, after the base was built)."""
-    if ca_bundle is not None and not ca_bundle.is_file():
-        raise DockerError(f"--ca-bundle {ca_bundle} is not a file", hint="pass a PEM bundle, e.g. /etc/ssl/certs/ca-certificates.crt")
-    return ca_bundle
 
 
 def run_selfcheck(*, client: docker.DockerClient, image: str, log: BuildLog, emulated: bool = False) -> tuple[str, float]:
