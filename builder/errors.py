@@ -172,3 +172,15 @@ class EvidenceError(BuilderError):
     """The evidence ledger does not hold: a claim's file is missing, a number differs, a file is orphaned."""
 
     exit_code = 70
+
+
+class SigningKeyError(BuilderError):
+    """A signing key is missing, malformed, not ECDSA P-256, or readable by group or others."""
+
+    exit_code = 80
+
+
+class SignatureError(VerifyError):
+    """A signature or attestation does not verify against the given public key (or is missing)."""
+
+    exit_code = 15

@@ -10,8 +10,8 @@ import pytest
 
 from builder.constants import PACKAGE_DIR
 
-#: Importable from anywhere: one place for names, errors, hashing, atomic writes and the evidence ledger.
-SHARED = {"__init__", "constants", "errors", "hashing", "atomic", "checksums", "evidence", "redact"}
+#: Importable from anywhere: one place for names, errors, hashing, atomic writes, the evidence ledger, redaction and signing keys.
+SHARED = {"__init__", "constants", "errors", "hashing", "atomic", "checksums", "evidence", "redact", "keys"}
 #: The one stage module a shared one may import: redact takes the API-key rule from the streaming
 #: client, which ships alone in bundles (so it must hold the rule) and imports nothing of the builder.
 SHARED_TAKES_FROM = {"redact": {"builder.measure.client"}}
