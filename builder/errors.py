@@ -184,3 +184,9 @@ class SignatureError(VerifyError):
     """A signature or attestation does not verify against the given public key (or is missing)."""
 
     exit_code = 15
+
+
+class AttestationError(BuilderError):
+    """An image's attestations cannot be written: its labels disagree with the target, or the output folder holds other files."""
+
+    exit_code = 81
