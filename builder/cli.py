@@ -146,15 +146,25 @@ def image(
     evidence: bool = typer.Option(
         False, "--evidence", help="Write build.json, labels.json, selfcheck.txt and the log tail to evidence/images/<target>/."
     ),
+    sign_key: Path | None = typer.Option(
+        None, "--sign-key", help="ECDSA P-256 private key (`builder keygen`, mode 600): sign an SBOM and a SLSA provenance of the built image."
+    ),
+    attest_out: Path | None = typer.Option(None, "--attest-out", help="Attestation folder (default dist/images/<target>/); needs --sign-key."),
 ) -> None:
     """Build the serving image qfn-int8kv:<target>-<version> with the docker SDK (GPU targets: base from
     the pinned image or engine lock, patches, AOT kernels, then the in-image self-check before tagging)."""
     from builder.constants import EVIDENCE_DIR
+    from builder.errors import AttestationError
     from builder.image import build_image
     from builder.image.base import check_ca_bundle
     from builder.image.evidence import write_image_evidence
+    from builder.keys import check_private_key_file
 
     check_ca_bundle(ca_bundle)  # before the daemon is asked anything
+    if sign_key is not None:
+        check_private_key_file(sign_key)  # a key others may read is refused before an hour of build
+    elif attest_out is not None:
+        raise AttestationError("--attest-out needs --sign-key", hint="pass --sign-key FILE (`builder keygen --out FILE`)")
     cfg = config.load_target(target)
     built = build_image(cfg=cfg, ca_bundle=ca_bundle, console=err_console)
     if evidence:
@@ -163,7 +173,58 @@ def image(
             base_source=cfg.target.base_source, out_dir=EVIDENCE_DIR / "images" / cfg.target.name,
         ):  # fmt: skip
             err_console.print(f"evidence: {path}", highlight=False, soft_wrap=True)
+    if sign_key is not None:
+        _attest(cfg=cfg, sign_key=sign_key, out=attest_out)
     typer.echo(built.tag)
+
+
+def _attest(*, cfg, sign_key: Path, out: Path | None) -> None:
+    from builder.image.attest import attest_image
+
+    done = attest_image(cfg=cfg, sign_key=sign_key, out_dir=out, console=err_console)
+    err_console.print(
+        f"attest: {done.image.tag} ({done.image.id}) -> {done.out_dir}: SBOM of {done.python_packages} Python "
+        f"({done.python_source}) and {done.debian_packages} Debian packages, SLSA provenance; DSSE-signed by key {done.key_id[:16]}",
+        highlight=False, markup=False, soft_wrap=True,
+    )
+
+
+@app.command()
+def attest(
+    target: str = typer.Option(..., "--target", "-t", help="Target name (targets/<name>.toml) or a .toml path."),
+    sign_key: Path = typer.Option(..., "--sign-key", help="ECDSA P-256 private key (`builder keygen`, mode 600)."),
+    out: Path | None = typer.Option(None, "--attest-out", help="Attestation folder (default dist/images/<target>/)."),
+) -> None:
+    """Write the signed SBOM and SLSA provenance of the target's image, already built and tagged on this host."""
+    from builder.keys import check_private_key_file
+
+    check_private_key_file(sign_key)  # before the daemon is asked anything
+    _attest(cfg=config.load_target(target), sign_key=sign_key, out=out)
+
+
+@app.command("verify-image")
+def verify_image_cmd(
+    image: str = typer.Argument(..., help="Local image tag or id, e.g. qfn-int8kv:cpu-smoke-0.1.0."),
+    public_key: Path = typer.Option(..., "--public-key", help="PEM public key of the key that attested the image."),
+    attestations: Path | None = typer.Option(
+        None, "--attestations", help="Attestation folder (default dist/images/<the image's target>/)."
+    ),
+) -> None:
+    """Check an image's attestations against the local image: both DSSE signatures, the payloads, and
+    that the provenance subject and the SBOM name this image's id (exit 15 when a check fails)."""
+    from rich.table import Table
+
+    from builder.image.attest import require_all, verify_image
+
+    checks = verify_image(image=image, public_key=public_key, attestations=attestations)
+    table = Table(title=f"verify-image {image}", title_justify="left")
+    table.add_column("check")
+    table.add_column("result")
+    table.add_column("detail", overflow="fold")  # digests are compared by eye: never cut short
+    for c in checks:
+        table.add_row(Text(c.name), Text("ok" if c.ok else "FAIL", style="green" if c.ok else "bold red"), Text(c.detail))
+    out_console.print(table, soft_wrap=True)
+    require_all(checks, image=image)
 
 
 @app.command()
