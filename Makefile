@@ -77,8 +77,12 @@ OUT ?= dist/$(TARGET)
 RENDER_OUT ?= dist/render/$(TARGET)
 .PHONY: render
 
+# make bundle TARGET=T [SIGN_KEY=FILE [SIGN_PUBLIC_KEY=FILE.pub]] [ATTESTATIONS=DIR]: with SIGN_KEY the bundle
+# names the key's id (its public key, default SIGN_KEY.pub) and is signed once built (model.sig).
+SIGN_PUBLIC_KEY ?= $(if $(SIGN_KEY),$(SIGN_KEY).pub)
 bundle: $(STAMP)
-	$(BIN)/python -m builder bundle --target $(TARGET) --out $(OUT)
+	$(BIN)/python -m builder bundle --target $(TARGET) --out $(OUT) $(if $(ATTESTATIONS),--attestations $(ATTESTATIONS)) $(if $(SIGN_PUBLIC_KEY),--public-key $(SIGN_PUBLIC_KEY))
+	$(if $(SIGN_KEY),$(BIN)/python -m builder sign $(OUT) --key $(SIGN_KEY))
 
 render: $(STAMP)
 	$(BIN)/python -m builder render --target $(TARGET) --out $(RENDER_OUT)
@@ -92,11 +96,11 @@ checksums: $(STAMP)
 	$(BIN)/python -m builder checksums
 
 # Publish the bundle of $(TARGET) to the Hub: a dry run that prints the plan unless YES=1.
-# make publish TARGET=gb10 REPO=org/name [YES=1] [PUBLISH_ARGS="--revision b --tag t --private --allow-failed-gates"]
+# make publish TARGET=gb10 REPO=org/name PUBLIC_KEY=FILE.pub [YES=1] [PUBLISH_ARGS="--revision b --tag t --private --allow-failed-gates --allow-unsigned"]
 .PHONY: publish
 publish: $(STAMP)
 	@test -n "$(REPO)" || { echo "make publish: set REPO=org/name" >&2; exit 2; }
-	$(BIN)/builder publish $(OUT) --repo $(REPO) $(if $(YES),--yes) $(PUBLISH_ARGS)
+	$(BIN)/builder publish $(OUT) --repo $(REPO) $(if $(PUBLIC_KEY),--public-key $(PUBLIC_KEY)) $(if $(YES),--yes) $(PUBLISH_ARGS)
 
 # --- image / serve (issue 5) ---
 # pip inside the image build trusts this CA bundle (TLS-intercepting proxies); it is not kept in the image.

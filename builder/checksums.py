@@ -188,8 +188,11 @@ class FolderCheck(BaseModel):
     )
 
 
-def check_folder(root: Path) -> FolderCheck:
-    """Compare `root` with its CHECKSUMS.sha256; MalformedManifest / UnsafeManifest when the manifest cannot be trusted."""
+def check_folder(root: Path, *, outside: tuple[str, ...] = ()) -> FolderCheck:
+    """Compare `root` with its CHECKSUMS.sha256; MalformedManifest / UnsafeManifest when the manifest cannot be trusted.
+
+    `outside`: top-level files written after the manifest (a bundle's signature), neither listed
+    nor unexpected; they are still walked, so one that is a symlink is refused."""
     manifest_file = root / CHECKSUMS_NAME
     try:
         mode = manifest_file.lstat().st_mode
@@ -212,7 +215,7 @@ def check_folder(root: Path) -> FolderCheck:
     # Nothing is opened before that walk, so a FIFO is refused rather than read.
     unreadable: list[str] = []
     present = set(list_files(root, exclude_caches=False, symlink_error=UnsafeManifest, unreadable=unreadable))
-    present -= {CHECKSUMS_NAME}
+    present -= {CHECKSUMS_NAME, *outside}
     # A folder that cannot be listed hides whether its files are there ('./': the bundle folder itself).
     hidden = tuple("" if u == "./" else u for u in unreadable if u.endswith("/"))
     modified, missing, unread = [], [], []
@@ -241,7 +244,9 @@ def check_folder(root: Path) -> FolderCheck:
     )
 
 
-def replace_refusal(root: Path, *, accept: Callable[[FolderCheck], str | None]) -> str | None:
+def replace_refusal(
+    root: Path, *, accept: Callable[[FolderCheck], str | None], outside: tuple[str, ...] = ()
+) -> str | None:
     """Why the non-empty folder `root` is not an output this builder wrote, or None when it is.
 
     It is ours when it matches its CHECKSUMS.sha256 with nothing added and nothing changed (a
@@ -249,7 +254,7 @@ def replace_refusal(root: Path, *, accept: Callable[[FolderCheck], str | None]) 
     bundle) finds no fault with it.
     """
     try:
-        check = check_folder(root)
+        check = check_folder(root, outside=outside)
     except VerifyError as exc:
         return f"is not an output of this builder ({exc.message}); it holds {folder_sample(root)}"
     if check.unreadable:

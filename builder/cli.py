@@ -63,15 +63,56 @@ def render(
 def bundle_cmd(
     target: str = typer.Option(DEFAULT_TARGET, "--target", "-t", help="Target name (targets/<name>.toml) or a .toml path."),
     out: Path = typer.Option(..., "--out", "-o", help="Bundle folder; written atomically, only ever replacing an earlier bundle."),
+    attestations: Path | None = typer.Option(
+        None, "--attestations", help="Image-attestation folder (`builder image --sign-key`): copied as attestations/, its image named in bundle.json."
+    ),
+    public_key: Path | None = typer.Option(
+        None, "--public-key", help="Public key the bundle will be signed with: bundle.json and the card name its key id."
+    ),
 ) -> None:
     """Assemble a checksummed release bundle: README.md, launch/, patches/, evidence/, bundle.json."""
-    result = bundle_step.build_bundle(target=target, out=out)
+    from builder.keys import key_id, load_public_key
+
+    kid = key_id(load_public_key(public_key)) if public_key is not None else None
+    result = bundle_step.build_bundle(target=target, out=out, attestations=attestations, signing_key_id=kid)
     m = result.manifest
     out_console.print(
         f"[bold green]bundle[/] {escape(str(result.path))}: {len(result.files)} files, target {m.target}, "
-        f"{m.engine_profile}, kv {m.kv_cache_dtype}\n  check it: python -m builder verify {escape(str(result.path))}",
+        f"{m.engine_profile}, kv {m.kv_cache_dtype}, image {escape(m.image.tag + ' ' + m.image.id) if m.image else 'none named'}"
+        f"\n  check it: python -m builder verify {escape(str(result.path))}",
         highlight=False,
         soft_wrap=True,
+    )
+
+
+@app.command()
+def keygen(
+    out: Path = typer.Option(..., "--out", help="Private key file to create (mode 0600; never overwritten)."),
+    public_out: Path | None = typer.Option(None, "--public-out", help="Public key file to create (default: --out with .pub appended)."),
+) -> None:
+    """Create an ECDSA P-256 signing key pair for `builder sign` (and image attestations)."""
+    from builder.keys import generate_key_pair
+
+    public = public_out if public_out is not None else out.with_name(out.name + ".pub")
+    kid = generate_key_pair(private_path=out, public_path=public)
+    out_console.print(f"key id {kid}\n  private key: {out} (keep it secret)\n  public key: {public}",
+                      markup=False, highlight=False, soft_wrap=True)
+
+
+@app.command()
+def sign(
+    directory: Path = typer.Argument(..., help="A bundle folder that verifies (`builder verify DIR`)."),
+    key: Path = typer.Option(..., "--key", help="Private key file (`builder keygen`), readable by its owner only."),
+) -> None:
+    """Sign a bundle with OpenSSF Model Signing (ECDSA P-256 key): writes model.sig at its root,
+    replacing an earlier one; refuses a bundle that does not verify."""
+    from builder.bundle.sign import sign_bundle
+
+    result = sign_bundle(directory, key=key)
+    out_console.print(
+        f"signed {result.signature} ({result.files} files, key id {result.key_id})\n"
+        f"  check it: python -m builder verify {directory} --public-key PUBLIC_KEY_FILE",
+        markup=False, highlight=False, soft_wrap=True,
     )
 
 
@@ -80,18 +121,45 @@ def verify(
     # readable=False: an unreadable folder is verify's own finding (exit 13, with the fix), not a usage error.
     directory: Path = typer.Argument(..., readable=False, help="A bundle folder (holds CHECKSUMS.sha256 and bundle.json)."),
     as_json: bool = typer.Option(False, "--json", help="Print the report as JSON instead of a table."),
+    public_key: Path | None = typer.Option(
+        None, "--public-key", help="Also check model.sig against this public key (exit 15 when only the signature fails)."
+    ),
 ) -> None:
-    """Check a bundle against its CHECKSUMS.sha256 (modified, missing, unexpected and unreadable files) and
-    what its bundle.json and card claim (patch-series sha256, target, file list)."""
+    """Check a bundle against its CHECKSUMS.sha256 (modified, missing, unexpected and unreadable files),
+    what its bundle.json and card claim (patch-series sha256, target, file list), and with
+    --public-key its signature (model.sig)."""
     from rich.table import Table
 
-    report = bundle_step.verify_bundle(directory)
+    from builder.constants import SIGNATURE_NAME
+
+    report = bundle_step.verify_bundle(directory, public_key=public_key)
     if as_json:
         typer.echo(report.model_dump_json(indent=2))
+    elif public_key is not None:
+        # One row per check, so a user sees which one failed.
+        checks = Table(title=Text(f"{directory}: verify"))
+        checks.add_column("check")
+        checks.add_column("result")
+        checks.add_column("detail")
+        files = report.file_problems()
+        sig = report.signature
+        rows = [
+            ("manifest", not files, f"{report.checked} files match CHECKSUMS.sha256" if not files
+             else "; ".join(f"{k} {p}" for k, p in files[:10]) + (f" (+{len(files) - 10} more)" if len(files) > 10 else "")),
+            ("claims", not report.claims, "bundle.json's claims hold" if report.bundle is not None and not report.claims
+             else "not checked: bundle.json is not intact" if report.bundle is None
+             else "; ".join(f"{c.claim} {c.path} ({c.detail})" for c in report.claims)),
+            ("signature", sig is not None and sig.ok, sig.detail if sig is not None else ""),
+        ]
+        for name, ok, detail in rows:
+            checks.add_row(name, Text("ok", style="bold green") if ok else Text("FAILED", style="bold red"), Text(detail))
+        out_console.print(checks)
     elif report.ok:
+        unsigned = "not signed" if not report.signed else f"{SIGNATURE_NAME} not checked (pass --public-key FILE)"
         out_console.print(
             f"[bold green]ok[/] {escape(str(directory))}: {report.checked} files match CHECKSUMS.sha256"
-            + (", and bundle.json's claims hold" if report.bundle is not None else ""), highlight=False, soft_wrap=True
+            + (", and bundle.json's claims hold" if report.bundle is not None else "") + f"; signature: {unsigned}",
+            highlight=False, soft_wrap=True,
         )
     else:
         title = "differs from CHECKSUMS.sha256" if report.file_problems() else "contradicts its bundle.json or card"
@@ -124,6 +192,12 @@ def publish_cmd(
     timeout: float = typer.Option(
         PUBLISH_TIMEOUT_S, "--timeout", help="Seconds the Hub part may take in all (every call, retry and backoff); then exit 63."
     ),
+    public_key: Path | None = typer.Option(
+        None, "--public-key", help="Public key model.sig must verify against (exit 66 otherwise); uploaded as signing-key.pub."
+    ),
+    allow_unsigned: bool = typer.Option(
+        False, "--allow-unsigned", help="Publish without a signature that verifies; the model card then says so at the top."
+    ),
 ) -> None:
     """Publish a verified bundle to the Hugging Face Hub (dry run unless --yes)."""
     # Imported here so other commands do not pay for importing huggingface_hub.
@@ -131,7 +205,7 @@ def publish_cmd(
 
     request = PublishRequest.parse(
         bundle_dir=bundle_dir, repo=repo, revision=revision, private=private, tag=tag, yes=yes,
-        allow_failed_gates=allow_failed_gates, timeout_s=timeout,
+        allow_failed_gates=allow_failed_gates, timeout_s=timeout, public_key=public_key, allow_unsigned=allow_unsigned,
     )
     publish(request=request)
 

@@ -95,6 +95,20 @@ LAUNCH_RESERVED_ENV = frozenset({
     "VLLM_PLE_OFFLOAD_READY_TIMEOUT", "VLLM_ENGINE_READY_TIMEOUT_S", "VLLM_USE_DEEP_GEMM", "CUTE_DSL_ARCH",
     "MAX_JOBS", "VLLM_PLE_MMAP_TABLE_DIR", "PYTHONPATH", "BASH_SOURCE",
 })
+#: The bundle's OpenSSF Model Signing signature (`model_signing`'s default name), at the bundle root.
+#: CHECKSUMS.sha256 cannot list it (it is written after), so verify accepts it as the one file outside.
+SIGNATURE_NAME = "model.sig"
+#: The public key publish uploads beside a signed bundle; the signature leaves it (and itself) out,
+#: so `model_signing verify` accepts the Hub repo as downloaded.
+PUBLIC_KEY_NAME = "signing-key.pub"
+#: Paths the signature does not cover (recorded in it, so upstream verification leaves them out too).
+SIGNATURE_IGNORED = (SIGNATURE_NAME, PUBLIC_KEY_NAME)
+#: An image-attestation folder (`builder image --sign-key`) as a bundle carries it: its image record
+#: is required, the other files are copied when present, anything else is left behind.
+ATTESTATIONS_DIR = "attestations"
+IMAGE_RECORD_NAME = "image.json"
+ATTESTATION_FILES = (IMAGE_RECORD_NAME, "sbom.cdx.json", "provenance.intoto.json",
+                     "sbom.cdx.json.dsse.json", "provenance.intoto.json.dsse.json")
 #: Target used when a command is given none (`make bundle` too).
 DEFAULT_TARGET = "gb10"
 
@@ -103,6 +117,8 @@ DEFAULT_TARGET = "gb10"
 CARD_REQUIRED_KEYS = ("library_name", "base_model", "license")
 #: Tag added to the card metadata of a release published with --allow-failed-gates.
 CARD_FAILED_GATES_TAG = "unverified-quality-gates"
+#: Tag added to the card metadata of a release published with --allow-unsigned.
+CARD_UNSIGNED_TAG = "unsigned-release"
 #: Retry policy for transient Hub errors (5xx, 429, connection errors): attempts and backoff seconds.
 PUBLISH_RETRY_ATTEMPTS = 5
 PUBLISH_RETRY_INITIAL_S = 2.0

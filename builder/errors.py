@@ -144,6 +144,12 @@ class GatesNotPassed(PublishError):
     exit_code = 65
 
 
+class UnsignedBundle(PublishError):
+    """The bundle has no model.sig, or it does not verify against --public-key, and --allow-unsigned was not given."""
+
+    exit_code = 66
+
+
 class ModelError(BuilderError):
     """A model could not be downloaded or converted to a servable dir."""
 

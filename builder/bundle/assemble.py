@@ -11,12 +11,14 @@ from rich.progress import BarColumn, Progress, TextColumn
 
 from builder.atomic import replace_dir
 from builder.checksums import list_files, manifest_text, tree_digest
+from builder.bundle.attestations import present_files, read_image_record
 from builder.bundle.card import card_context, plan_for_card, render_card
 from builder.bundle.manifest import BundleManifest, make_manifest
 from builder.bundle.render import write_text_files
 from builder.bundle.verify import bundle_refusal
 from builder.config import launch_plan, load_target
 from builder.constants import (
+    ATTESTATIONS_DIR,
     BENCHMARK_NAME,
     BENCHMARK_SCRIPT,
     BUNDLE_MANIFEST_NAME,
@@ -94,11 +96,18 @@ def _copy_evidence(root: Path, target: str, dest: Path) -> None:
 
 
 def build_bundle(
-    *, target: str, out: Path, sources: BundleSources | None = None, console: Console | None = None
+    *, target: str, out: Path, sources: BundleSources | None = None, console: Console | None = None,
+    attestations: Path | None = None, signing_key_id: str | None = None,
 ) -> BundleResult:
-    """Write the bundle of `target` to `out`: all of it, or (on any failure) nothing."""
+    """Write the bundle of `target` to `out`: all of it, or (on any failure) nothing.
+
+    `attestations`: the image-attestation folder to carry as attestations/ (its image is recorded
+    in bundle.json and named by the card); `signing_key_id`: the key the bundle is to be signed
+    with, which bundle.json and the card name (`builder sign` then refuses any other key)."""
     sources = sources or BundleSources()
     console = console or Console(stderr=True)
+    # Checked before anything is rendered or written.
+    image = read_image_record(attestations) if attestations is not None else None
     cfg = load_target(target)
     plan = launch_plan(cfg)
     env = make_environment()
@@ -130,14 +139,18 @@ def build_bundle(
         step(3)
         if sources.benchmark.is_file():
             copy_file(sources.benchmark, stage / BENCHMARK_NAME)
+        if attestations is not None:
+            for name in present_files(attestations):
+                copy_file(attestations / name, stage / ATTESTATIONS_DIR / name)
         step(4)
         listed = [*list_files(stage), CARD_NAME, BUNDLE_MANIFEST_NAME, CHECKSUMS_NAME]
         capacity, capacity_error = plan_for_card(cfg)
         kernels = sources.evidence_root / KERNEL_EVIDENCE if cfg.patches.apply else None
         ctx = card_context(cfg=cfg, plan=plan, evidence_dir=evidence_dir, files=listed, capacity=capacity,
-                           capacity_error=capacity_error, kernels_dir=kernels)
+                           capacity_error=capacity_error, kernels_dir=kernels, image=image, signing_key_id=signing_key_id)
         write_text_files(stage, {CARD_NAME: render_card(ctx, env=env)})
-        manifest = make_manifest(cfg, patch_series_sha256=tree_digest(stage / BUNDLE_PATCHES))
+        manifest = make_manifest(cfg, patch_series_sha256=tree_digest(stage / BUNDLE_PATCHES), image=image,
+                                 signing_key_id=signing_key_id)
         (stage / BUNDLE_MANIFEST_NAME).write_text(manifest.model_dump_json(indent=2) + "\n")
         step(5)
         files = list_files(stage)

@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict
 import builder
 from builder.config import LaunchPlan, ReleaseConfig, config_digest
 from builder.constants import (
+    ATTESTATIONS_DIR,
     BENCHMARK_NAME,
     BENCH_EVIDENCE_GLOB,
     BUNDLE_MANIFEST_NAME,
@@ -28,7 +29,10 @@ from builder.constants import (
     LAUNCH_ENV_DOC_NAME,
     LAUNCH_MIDDLEWARE_NAME,
     LAUNCH_SCRIPT_NAME,
+    PUBLIC_KEY_NAME,
+    SIGNATURE_NAME,
 )
+from builder.bundle.manifest import ImageRef
 from builder.errors import BuilderError, RenderError
 from builder.evidence import load_ledger
 from builder.measure.evidence import load_gate_evidence
@@ -73,6 +77,10 @@ FILE_ROLES: tuple[tuple[str, str], ...] = (
     (f"evidence/{BENCH_EVIDENCE_GLOB}", "benchmark result (vLLM bench serve keys)"),
     ("evidence/*.json", "gate evidence: verdict, thresholds and raw records"),
     ("evidence/*", "evidence"),
+    (f"{ATTESTATIONS_DIR}/image.json", "the image this bundle was built for: tag and id"),
+    (f"{ATTESTATIONS_DIR}/*.dsse.json", "DSSE envelope signing the image attestation it is named after"),
+    (f"{ATTESTATIONS_DIR}/sbom.cdx.json", "CycloneDX SBOM of the image"),
+    (f"{ATTESTATIONS_DIR}/provenance.intoto.json", "in-toto provenance statement of the image"),
     (BENCHMARK_NAME, "streaming benchmark that produced the benchmark numbers"),
     (BUNDLE_MANIFEST_NAME, "manifest: target, engine, KV dtype, config digest, patch-series sha256"),
     (CHECKSUMS_NAME, "sha256 of every other file (`sha256sum -c --strict CHECKSUMS.sha256`)"),
@@ -130,6 +138,11 @@ class CardContext(BaseModel):
     env_doc_name: str = LAUNCH_ENV_DOC_NAME
     dry_run_env: str = ENV_DRY_RUN
     checksums_name: str = CHECKSUMS_NAME
+    image: ImageRef | None = None
+    signing_key_id: str | None = None
+    signature_name: str = SIGNATURE_NAME
+    public_key_name: str = PUBLIC_KEY_NAME
+    attestations_dir: str = ATTESTATIONS_DIR
 
 
 def describe_file(rel: str) -> str:
@@ -238,6 +251,7 @@ def bench_rows(evidence_dir: Path) -> tuple[list[tuple[str, str]], list[BenchRow
 def card_context(
     *, cfg: ReleaseConfig, plan: LaunchPlan, evidence_dir: Path, files: list[str],
     capacity: CapacityPlan | None = None, capacity_error: str | None = None, kernels_dir: Path | None = None,
+    image: ImageRef | None = None, signing_key_id: str | None = None,
 ) -> CardContext:
     """`files`: bundle-relative paths the card lists; `evidence_dir`: the target's evidence folder;
     `capacity`: builder.plan's plan of the target (or why there is none); `kernels_dir`: the kernel
@@ -258,6 +272,8 @@ def card_context(
         files=file_rows(files, evidence_dir=evidence_dir, kernels_dir=kernels_dir),
         docker_run=docker_run_line(plan),
         claims=claim_rows(evidence_dir.parent, cfg.target.name),
+        image=image,
+        signing_key_id=signing_key_id,
     )
 
 

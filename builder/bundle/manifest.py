@@ -15,6 +15,15 @@ from builder.constants import BUNDLE_MANIFEST_NAME, ENV_SOURCE_DATE_EPOCH
 from builder.errors import MalformedManifest
 
 
+class ImageRef(BaseModel):
+    """The serving image a bundle was built for, as its attestation folder's image.json names it."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    tag: str = Field(min_length=1, description="Image tag, e.g. qfn-int8kv:gb10-0.3.1.")
+    id: str = Field(pattern=r"^sha256:[0-9a-f]{64}$", description="Image id (config digest), 'sha256:<64 hex>'.")
+
+
 class BundleManifest(BaseModel):
     """The bundle's identity; CHECKSUMS.sha256 covers it like every other file."""
 
@@ -31,6 +40,13 @@ class BundleManifest(BaseModel):
         description="sha256 of the sha256sum-format manifest of patches/ (None when the bundle has no patches)."
     )
     created: datetime = Field(description=f"UTC build time ({ENV_SOURCE_DATE_EPOCH} when set).")
+    image: ImageRef | None = Field(
+        default=None, description="The image the bundle was built for (its attestations/ folder); None: none named."
+    )
+    signing_key_id: str | None = Field(
+        default=None, pattern=r"^[0-9a-f]{64}$",
+        description="Key id (sha256 of the public key's DER) the bundle is to be signed with; None: not named at build time.",
+    )
 
 
 def build_time() -> datetime:
@@ -40,7 +56,9 @@ def build_time() -> datetime:
     return datetime.now(timezone.utc).replace(microsecond=0)
 
 
-def make_manifest(cfg: ReleaseConfig, *, patch_series_sha256: str | None) -> BundleManifest:
+def make_manifest(
+    cfg: ReleaseConfig, *, patch_series_sha256: str | None, image: ImageRef | None = None, signing_key_id: str | None = None
+) -> BundleManifest:
     engine = cfg.engine.resolved
     return BundleManifest(
         target=cfg.target.name,
@@ -51,6 +69,8 @@ def make_manifest(cfg: ReleaseConfig, *, patch_series_sha256: str | None) -> Bun
         config_digest=config_digest(cfg),
         patch_series_sha256=patch_series_sha256,
         created=build_time(),
+        image=image,
+        signing_key_id=signing_key_id,
     )
 
 

@@ -16,11 +16,19 @@ API contract (the publish step relies on it):
 
 All four errors are VerifyError subclasses with distinct exit codes (builder.errors).
 
+    report = verify_bundle(path, public_key=FILE)
+    report.signature                 # SignatureCheck: whether model.sig signs every file with
+                                     # FILE's pair; raise_for_problems() raises SignatureError
+                                     # (exit 15) when it alone fails
+
+model.sig is the one file outside CHECKSUMS.sha256 (it is written after it, by `builder sign`).
+
 The checksums alone cannot catch a bundle whose files were edited and CHECKSUMS.sha256 re-hashed:
 the claims can, as far as the bundle's own files say what they are. bundle.json's
 patch_series_sha256 must be the digest of patches/ (computed as the bundle writer does), its
 target, builder version, config digest, engine and KV dtype must be the ones the launch files and
 the card were rendered with, and the card's file list must name the files CHECKSUMS.sha256 lists.
+What the claims cannot see (an evidence file edited, then re-hashed) only the signature catches.
 """
 
 from __future__ import annotations
@@ -31,8 +39,16 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field
 
 from builder.bundle.manifest import BundleManifest, read_manifest
+from builder.bundle.sign import SignatureCheck, check_signature, raise_for_signature
 from builder.checksums import FolderCheck, check_folder, replace_refusal, tree_digest
-from builder.constants import BUNDLE_MANIFEST_NAME, CARD_NAME, CHECKSUMS_NAME, LAUNCH_ENV_DOC_NAME, LAUNCH_SCRIPT_NAME
+from builder.constants import (
+    BUNDLE_MANIFEST_NAME,
+    CARD_NAME,
+    CHECKSUMS_NAME,
+    LAUNCH_ENV_DOC_NAME,
+    LAUNCH_SCRIPT_NAME,
+    SIGNATURE_NAME,
+)
 from builder.errors import ChecksumMismatch, ManifestClaimMismatch, MalformedManifest, VerifyError
 
 #: The line each rendered text file opens with (card, ENV.md, launch script; backticks in markdown).
@@ -74,6 +90,8 @@ class VerifyReport(BaseModel):
         default_factory=list, description="What bundle.json and the card say of the bundle that its files contradict."
     )
     bundle: BundleManifest | None = Field(default=None, description="bundle.json, when listed and intact.")
+    signed: bool = Field(default=False, description=f"The bundle holds {SIGNATURE_NAME}.")
+    signature: SignatureCheck | None = Field(default=None, description="The signature check; None: no public key given.")
 
     @property
     def ok(self) -> bool:
@@ -89,12 +107,17 @@ class VerifyReport(BaseModel):
 
     def problems(self) -> list[tuple[str, str]]:
         """(kind, path) rows, for tables and messages; a claim's path carries what was claimed and found."""
-        return self.file_problems() + [(f"claim {c.claim}", f"{c.path} ({c.detail})") for c in self.claims]
+        rows = self.file_problems() + [(f"claim {c.claim}", f"{c.path} ({c.detail})") for c in self.claims]
+        if self.signature is not None and not self.signature.ok:
+            rows.append(("signature", f"{SIGNATURE_NAME} ({self.signature.detail})"))
+        return rows
 
     def raise_for_problems(self) -> None:
         rows = self.problems()
         if not rows:
             return
+        if not self.file_problems() and not self.claims and self.signature is not None:
+            raise_for_signature(self.root, self.signature)
         shown = ", ".join(f"{kind} {path}" for kind, path in rows[:_SHOWN])
         more = f" (+{len(rows) - _SHOWN} more)" if len(rows) > _SHOWN else ""
         if self.file_problems():
@@ -113,9 +136,11 @@ class VerifyReport(BaseModel):
         )
 
 
-def verify_bundle(path: Path) -> VerifyReport:
-    check = check_folder(Path(path))
+def verify_bundle(path: Path, *, public_key: Path | None = None) -> VerifyReport:
+    check = check_folder(Path(path), outside=(SIGNATURE_NAME,))
     bundle = _bundle_manifest(check)
+    # Checked whatever the manifest says: the report names each check that failed.
+    signature = None if public_key is None else check_signature(check.root, public_key=public_key)
     return VerifyReport(
         root=check.root,
         checked=len(check.listed),
@@ -125,6 +150,8 @@ def verify_bundle(path: Path) -> VerifyReport:
         unreadable=check.unreadable,
         claims=[] if bundle is None else check_claims(check, bundle),
         bundle=bundle,
+        signed=(check.root / SIGNATURE_NAME).is_file(),
+        signature=signature,
     )
 
 
@@ -240,7 +267,7 @@ def _card_files(card: Path, listed: list[str]) -> list[ClaimMismatch]:
 
 def bundle_refusal(root: Path) -> str | None:
     """Why `root` may not be replaced by a new bundle (None: an intact earlier bundle, nothing added)."""
-    return replace_refusal(root, accept=_is_bundle)
+    return replace_refusal(root, accept=_is_bundle, outside=(SIGNATURE_NAME,))
 
 
 def _is_bundle(check: FolderCheck) -> str | None:
