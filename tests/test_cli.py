@@ -61,7 +61,7 @@ def test_publish_plan_shows_file_names_and_gate_summaries_literally(tmp_path):
     (bundle / "evidence" / "[red]notes.md").write_text("mine\n")
     write_checksums(bundle)
     out = io.StringIO()
-    publish(request=PublishRequest.parse(bundle_dir=bundle, repo="qfn/release"), console=Console(file=out, width=300))
+    publish(request=PublishRequest.parse(bundle_dir=bundle, repo="qfn/release", allow_unsigned=True), console=Console(file=out, width=300))
     text = out.getvalue()
     assert "evidence/[red]notes.md" in text and "HIT [/INST] [bold]x" in text
 

@@ -17,6 +17,7 @@ from builder.publish.gates import assess_gates, refuse_unless_passed
 from builder.publish.hub import Deadline, Hub, hub_timeouts, require_token, token_source, upload
 from builder.publish.models import PublishPlan, PublishRequest
 from builder.publish.plan import make_plan, show_plan
+from builder.publish.signature import assess_signing
 from builder.publish.stage import upload_source, verified
 
 __all__ = ["PublishPlan", "PublishRequest", "publish"]
@@ -29,7 +30,8 @@ def publish(
     api_factory: Callable[..., Any] = HfApi,
     sleep: Callable[[float], None] = time.sleep,
 ) -> PublishPlan:
-    """Refuse an unverified bundle or failed gates before any Hub call; print the plan; upload with `yes`,
+    """Refuse an unverified bundle, failed gates or a bundle not signed by --public-key's pair before
+    any Hub call; print the plan; upload with `yes`,
     within `request.timeout_s` for the whole Hub part.
 
     `api_factory(token=...)` builds the Hub client (tests pass a recording fake); `sleep` is the
@@ -40,8 +42,10 @@ def publish(
     release = verified(bundle_dir)
     report = assess_gates(evidence_dir=bundle_dir / BUNDLE_EVIDENCE)
     refuse_unless_passed(report, allow_failed=request.allow_failed_gates)
-    with upload_source(bundle_dir, report=report) as source_dir:
-        plan = make_plan(request=request, release=release, source_dir=source_dir, report=report, token_source=token_source())
+    signing = assess_signing(request, report=report)
+    with upload_source(bundle_dir, report=report, signing=signing) as source_dir:
+        plan = make_plan(request=request, release=release, source_dir=source_dir, report=report, token_source=token_source(),
+                         signing=signing)
         show_plan(plan, console=console)
         if not request.yes:
             console.print("[bold]dry run:[/] nothing was uploaded; re-run with --yes to publish this plan")

@@ -53,3 +53,20 @@ def warn_failed_gates(card: ModelCard, *, report: GateReport, bundle_checksums_s
     marked.data.tags = tags
     marked.text = "\n" + notice + marked.text.lstrip("\n")
     return marked
+
+
+def warn_unsigned(card: ModelCard, *, reason: str) -> ModelCard:
+    """Put the unsigned notice first in the card body and tag the metadata, as for failed gates."""
+    notice = (
+        "> [!WARNING]\n"
+        "> **This release is not signed.** It was published with `--allow-unsigned`: "
+        f"{reason}.\n"
+        f"> Nothing proves who made these files: `{constants.CHECKSUMS_NAME}` shows only that they are intact.\n\n"
+    )
+    marked = ModelCard(str(card))
+    tags = list(marked.data.tags or [])
+    if constants.CARD_UNSIGNED_TAG not in tags:
+        tags.append(constants.CARD_UNSIGNED_TAG)
+    marked.data.tags = tags
+    marked.text = "\n" + notice + marked.text.lstrip("\n")
+    return marked

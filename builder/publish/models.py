@@ -24,6 +24,8 @@ class PublishRequest(BaseModel):
     tag: str | None = Field(default=None, min_length=1, description="Tag for the commit; default: the bundle version.")
     yes: bool = Field(default=False, description="Upload; without it only the plan is printed.")
     allow_failed_gates: bool = Field(default=False, description="Publish despite missing or failed gates, with a warning card.")
+    public_key: Path | None = Field(default=None, description="Public key model.sig must verify against; uploaded as signing-key.pub.")
+    allow_unsigned: bool = Field(default=False, description="Publish without a signature that verifies, with a warning card.")
     timeout_s: float = Field(
         default=constants.PUBLISH_TIMEOUT_S, gt=0, allow_inf_nan=False,
         description="Seconds the Hub part of publish may take in all: every call, retry and backoff wait.",
@@ -129,7 +131,10 @@ class PublishPlan(BaseModel):
     checksums_sha256: str = Field(description=f"sha256 of the uploaded {constants.CHECKSUMS_NAME}.")
     bundle_checksums_sha256: str = Field(description=f"sha256 of the bundle's own {constants.CHECKSUMS_NAME}.")
     gates: GateReport
-    card_modified: bool = Field(description="The model card got a failed-gates warning at publish time.")
+    card_modified: bool = Field(description="The model card got a warning (failed gates, unsigned) at publish time.")
+    signed: bool = Field(default=False, description=f"{constants.SIGNATURE_NAME} verified and is uploaded with {constants.PUBLIC_KEY_NAME}.")
+    key_id: str | None = Field(default=None, description="Id of the public key the signature verified against.")
+    unsigned_reason: str | None = Field(default=None, description="Why the release is published unsigned.")
     token_source: str | None = Field(description="Where the token will come from; never the token itself.")
 
     @property

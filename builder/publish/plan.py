@@ -13,13 +13,17 @@ from builder.bundle import BundleManifest
 from builder.hashing import sha256_file
 from builder.errors import PublishError
 from builder.publish.models import GateReport, PublishPlan, PublishRequest, ref_name_problem
+from builder.publish.signature import Signing
 from builder.publish.stage import planned_files
 
 
-def make_plan(*, request: PublishRequest, release: BundleManifest, source_dir: Path, report: GateReport, token_source: str | None) -> PublishPlan:
+def make_plan(
+    *, request: PublishRequest, release: BundleManifest, source_dir: Path, report: GateReport, token_source: str | None,
+    signing: Signing,
+) -> PublishPlan:
     checksums = sha256_file(source_dir / constants.CHECKSUMS_NAME)
     bundle_checksums = sha256_file(request.bundle_dir / constants.CHECKSUMS_NAME)
-    card_modified = source_dir != request.bundle_dir
+    card_modified = not report.ok or not signing.signed
     tag = request.tag or release.bundle_version
     if problem := ref_name_problem(tag):  # the default tag comes from bundle.json; checked before any Hub call
         raise PublishError(f"bundle_version {tag!r} of {request.bundle_dir} is no tag name: {problem}",
@@ -29,9 +33,18 @@ def make_plan(*, request: PublishRequest, release: BundleManifest, source_dir: P
         f"{constants.CHECKSUMS_NAME} sha256: {checksums}; check a download with `sha256sum -c --strict {constants.CHECKSUMS_NAME}`.",
         "Gates: " + ", ".join(f"{g.gate}={g.verdict}" for g in report.gates) + ".",
     ]
+    if signing.signed:
+        description.append(
+            f"Signed with OpenSSF Model Signing, key id {signing.key_id}: "
+            f"`model_signing verify key . --signature {constants.SIGNATURE_NAME} --public_key {constants.PUBLIC_KEY_NAME}`."
+        )
+    else:
+        description.append(f"Published with --allow-unsigned: {signing.unsigned_reason}.")
+    if release.image is not None:
+        description.append(f"Built for image {release.image.tag} ({release.image.id}); attestations in {constants.ATTESTATIONS_DIR}/.")
     if card_modified:
         description.append(
-            f"Published with --allow-failed-gates: README.md carries a warning added at publish time and its line in "
+            f"README.md carries a warning added at publish time and its line in "
             f"{constants.CHECKSUMS_NAME} was re-hashed; the bundle as built had {constants.CHECKSUMS_NAME} sha256 {bundle_checksums}."
         )
     return PublishPlan(
@@ -48,6 +61,9 @@ def make_plan(*, request: PublishRequest, release: BundleManifest, source_dir: P
         gates=report,
         card_modified=card_modified,
         token_source=token_source,
+        signed=signing.signed,
+        key_id=signing.key_id,
+        unsigned_reason=signing.unsigned_reason,
     )
 
 
@@ -75,7 +91,17 @@ def show_plan(plan: PublishPlan, *, console: Console) -> None:
     summary.add_row("tag", Text(plan.tag))
     summary.add_row("commit message", Text(plan.commit_message))
     summary.add_row("target / version", Text(f"{plan.release.target} / {plan.release.bundle_version}"))
-    summary.add_row("model card", "[red]failed-gates warning added at publish time[/]" if plan.card_modified else "as built")
+    warnings = [w for w, on in (("failed-gates", not plan.gates.ok), ("unsigned", not plan.signed)) if on]
+    summary.add_row("model card", f"[red]{' and '.join(warnings)} warning added at publish time[/]" if plan.card_modified else "as built")
+    if plan.signed:
+        summary.add_row("signature", Text(f"{constants.SIGNATURE_NAME} verified (key id {plan.key_id}); "
+                                          f"public key uploaded as {constants.PUBLIC_KEY_NAME}"))
+    else:
+        summary.add_row("signature", Text.assemble(("unsigned", "red"), f" (--allow-unsigned): {plan.unsigned_reason}"))
+    attest = sorted(f.path for f in plan.files if f.path.startswith(constants.ATTESTATIONS_DIR + "/"))
+    image = plan.release.image
+    summary.add_row("image", Text(f"{image.tag} ({image.id}); attestations: {', '.join(attest) or 'none'}" if image
+                                  else "none named (no attestations)"))
     summary.add_row("stale remote files", "deleted in the same commit (listed at upload time)")
     summary.add_row("token", plan.token_source or "[red]none found[/]: run `hf auth login` or set HF_TOKEN before --yes")
     console.print(summary)

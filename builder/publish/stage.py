@@ -1,5 +1,6 @@
-"""Verify the bundle, and when the card must carry a failed-gates warning, build and re-verify a
-staged copy, so what is uploaded always matches the CHECKSUMS.sha256 uploaded with it."""
+"""Verify the bundle, then build and re-verify the staged copy that is uploaded (with the public
+key beside a signed bundle, or with warnings on the card), so what is uploaded always matches the
+CHECKSUMS.sha256 and the signature uploaded with it."""
 
 from __future__ import annotations
 
@@ -14,8 +15,10 @@ from builder.bundle import BundleManifest, verify_bundle
 from builder.checksums import list_files, manifest_text, read_manifest_file
 from builder.hashing import sha256_file
 from builder.errors import UnverifiedBundle, VerifyError
-from builder.publish.card import load_card, warn_failed_gates
+from builder.bundle.sign import check_signature
+from builder.publish.card import load_card, warn_failed_gates, warn_unsigned
 from builder.publish.models import GateReport, PlannedFile
+from builder.publish.signature import Signing
 
 
 def verified(bundle_dir: Path) -> BundleManifest:
@@ -44,22 +47,36 @@ def planned_files(root: Path) -> list[PlannedFile]:
 
 
 @contextmanager
-def upload_source(bundle_dir: Path, *, report: GateReport) -> Iterator[Path]:
-    """Yield the directory to upload: the verified bundle itself, or, when gates did not pass, a
-    temp copy whose card carries the warning, whose CHECKSUMS.sha256 is rewritten over the same
-    listed files, and which passes verification again. The copy is removed afterwards."""
+def upload_source(bundle_dir: Path, *, report: GateReport, signing: Signing) -> Iterator[Path]:
+    """Yield the directory to upload: a temp copy of the verified bundle (removed afterwards).
+
+    Signed: the copy adds the public key as signing-key.pub, and its signature is checked again.
+    Unsigned (--allow-unsigned): the copy drops any model.sig, which does not verify. When gates did
+    not pass or it is unsigned, its card carries the warnings at the top, its CHECKSUMS.sha256 is
+    rewritten over the same listed files, and it passes verification again."""
     card = load_card(bundle_dir / constants.CARD_NAME)
-    if report.ok:
-        yield bundle_dir
-        return
     with tempfile.TemporaryDirectory(prefix="qfn-publish-") as tmp:
         staged = Path(tmp) / bundle_dir.name
         shutil.copytree(bundle_dir, staged, symlinks=True)
-        checksums = staged / constants.CHECKSUMS_NAME
-        marked = warn_failed_gates(card, report=report, bundle_checksums_sha256=sha256_file(checksums))
-        (staged / constants.CARD_NAME).write_text(str(marked), encoding="utf-8", newline="\n")
-        listed = [e.path for e in read_manifest_file(checksums)]
-        checksums.write_text(manifest_text(staged, listed), encoding="utf-8", newline="\n")
+        if not report.ok or not signing.signed:
+            checksums = staged / constants.CHECKSUMS_NAME
+            marked = card
+            if not report.ok:
+                marked = warn_failed_gates(marked, report=report, bundle_checksums_sha256=sha256_file(checksums))
+            if not signing.signed:
+                (staged / constants.SIGNATURE_NAME).unlink(missing_ok=True)
+                marked = warn_unsigned(marked, reason=signing.unsigned_reason or "no signature")
+            (staged / constants.CARD_NAME).write_text(str(marked), encoding="utf-8", newline="\n")
+            listed = [e.path for e in read_manifest_file(checksums)]
+            checksums.write_text(manifest_text(staged, listed), encoding="utf-8", newline="\n")
+            load_card(staged / constants.CARD_NAME)
         verified(staged)
-        load_card(staged / constants.CARD_NAME)
+        if signing.signed:
+            assert signing.public_key is not None
+            shutil.copyfile(signing.public_key, staged / constants.PUBLIC_KEY_NAME)
+            # What is uploaded is what a user checks: the signature over the copy, key file beside it.
+            check = check_signature(staged, public_key=staged / constants.PUBLIC_KEY_NAME)
+            if not check.ok:
+                raise UnverifiedBundle(f"{bundle_dir}: the staged upload does not verify: {check.detail}",
+                                       hint="rebuild and sign the bundle again")
         yield staged

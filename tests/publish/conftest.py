@@ -7,8 +7,12 @@ exactly the exception types the real client raises.
 
 from __future__ import annotations
 
+import atexit
+import functools
 import hashlib
 import json
+import shutil
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -20,7 +24,9 @@ from huggingface_hub.hf_api import CommitInfo, GitRefInfo, GitRefs
 from huggingface_hub.utils import hf_raise_for_status
 
 from builder import constants
+from builder.bundle.sign import sign_bundle
 from builder.checksums import tree_digest
+from builder.keys import generate_key_pair
 
 FAKE_TOKEN = "hf_QFNfakeTOKENneverPRINTED0123456789abcd"
 
@@ -50,17 +56,36 @@ def gate_file(gate: str, *, verdict: str = "pass", required: bool = True) -> dic
 
 
 def write_checksums(root: Path) -> None:
-    """CHECKSUMS.sha256 as `sha256sum` writes it: '<hex>  <relpath>', sorted, LF."""
+    """CHECKSUMS.sha256 as `sha256sum` writes it: '<hex>  <relpath>', sorted, LF (model.sig left out, as the builder does)."""
     lines = [
         f"{hashlib.sha256(p.read_bytes()).hexdigest()}  {p.relative_to(root).as_posix()}"
         for p in sorted(root.rglob("*"))
-        if p.is_file() and p.name != constants.CHECKSUMS_NAME
+        if p.is_file() and p.name != constants.CHECKSUMS_NAME and p.relative_to(root).as_posix() != constants.SIGNATURE_NAME
     ]
     (root / constants.CHECKSUMS_NAME).write_text("\n".join(sorted(lines, key=lambda l: l[66:])) + "\n")
 
 
-def make_bundle(root: Path, *, gates: dict[str, dict[str, Any]] | None = None, card: str = CARD) -> Path:
-    """A bundle with every release gate passing unless `gates` overrides them (None value = absent)."""
+@functools.lru_cache(maxsize=1)
+def _key_pair() -> tuple[Path, Path]:
+    folder = Path(tempfile.mkdtemp(prefix="qfn-test-keys-"))
+    atexit.register(shutil.rmtree, folder, True)
+    generate_key_pair(private_path=folder / "release.key", public_path=folder / "release.key.pub")
+    return folder / "release.key", folder / "release.key.pub"
+
+
+def signing_key() -> Path:
+    """The private key make_bundle signs with (made once per test run, mode 0600)."""
+    return _key_pair()[0]
+
+
+def public_key() -> Path:
+    """The public key of `signing_key()`: what publish checks model.sig against."""
+    return _key_pair()[1]
+
+
+def make_bundle(root: Path, *, gates: dict[str, dict[str, Any]] | None = None, card: str = CARD, signed: bool = True) -> Path:
+    """A bundle with every release gate passing unless `gates` overrides them (None value = absent),
+    signed with `signing_key()` unless `signed` is False."""
     files = {
         "README.md": card,
         "launch/run_qsa_int8kv.sh": "#!/usr/bin/env bash\nset -euo pipefail\necho serve\n",
@@ -96,6 +121,8 @@ def make_bundle(root: Path, *, gates: dict[str, dict[str, Any]] | None = None, c
     manifest = root / constants.BUNDLE_MANIFEST_NAME
     manifest.write_text(json.dumps({**json.loads(manifest.read_text()), "patch_series_sha256": tree_digest(root / "patches")}))
     write_checksums(root)
+    if signed:
+        sign_bundle(root, key=signing_key())
     return root
 
 

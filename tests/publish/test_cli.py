@@ -10,7 +10,7 @@ import pytest
 
 from builder import cli, constants
 from builder.errors import GatesNotPassed, PublishAuthError, PublishError, UnverifiedBundle
-from tests.publish.conftest import FAKE_TOKEN, gate_file, make_bundle
+from tests.publish.conftest import FAKE_TOKEN, gate_file, make_bundle, public_key
 
 def builder(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     base = {k: v for k, v in os.environ.items() if k != constants.ENV_HF_TOKEN}
@@ -27,9 +27,9 @@ def builder(*args: str, env: dict[str, str] | None = None) -> subprocess.Complet
 def test_dry_run_prints_the_plan_and_exits_zero(tmp_path):
     bundle = make_bundle(tmp_path / "gb10")
     hf_home = tmp_path / "hf-home"
-    result = builder("publish", str(bundle), "--repo", "qfn/release", env={"HF_TOKEN": FAKE_TOKEN, "HF_HOME": str(hf_home)})
+    result = builder("publish", str(bundle), "--repo", "qfn/release", "--public-key", str(public_key()), env={"HF_TOKEN": FAKE_TOKEN, "HF_HOME": str(hf_home)})
     assert result.returncode == 0, result.stderr
-    for text in ("Files to upload (16", "CHECKSUMS.sha256", "qfn/release", "Release gb10 0.3.1", "dry run"):
+    for text in ("Files to upload (18", "CHECKSUMS.sha256", "qfn/release", "Release gb10 0.3.1", "dry run"):
         assert text in result.stdout
     assert FAKE_TOKEN not in result.stdout + result.stderr
     assert not hf_home.exists() or all(FAKE_TOKEN.encode() not in p.read_bytes() for p in hf_home.rglob("*") if p.is_file())
@@ -47,7 +47,7 @@ def test_dry_run_prints_the_plan_and_exits_zero(tmp_path):
 def test_refusals_exit_with_their_own_code_and_a_fix(tmp_path, setup, args, error, monkeypatch, capsys):
     bundle = make_bundle(tmp_path / "gb10")
     setup(bundle)
-    monkeypatch.setattr(sys, "argv", ["builder", "publish", str(bundle), "--repo", "qfn/release", *args])
+    monkeypatch.setattr(sys, "argv", ["builder", "publish", str(bundle), "--repo", "qfn/release", "--public-key", str(public_key()), *args])
     with pytest.raises(SystemExit) as exited:
         cli.main()
     out = capsys.readouterr()

@@ -16,12 +16,12 @@ from rich.console import Console
 from builder import constants
 from builder.errors import PublishAuthError, PublishError, PublishNetworkError, PublishPermissionError
 from builder.publish import PublishRequest, publish
-from tests.publish.conftest import FAKE_TOKEN, http_error
+from tests.publish.conftest import FAKE_TOKEN, http_error, public_key
 
 
 def upload(bundle: Path, factory, *, sleeps: list[float] | None = None) -> str:
     out = io.StringIO()
-    request = PublishRequest.parse(bundle_dir=bundle, repo="qfn/release", yes=True)
+    request = PublishRequest.parse(bundle_dir=bundle, repo="qfn/release", public_key=public_key(), yes=True)
     sleeper = (sleeps.append if sleeps is not None else lambda s: None)
     try:
         publish(request=request, console=Console(file=out, width=200), api_factory=factory, sleep=sleeper)
@@ -135,7 +135,7 @@ def test_token_never_appears_in_output_logs_or_files(bundle, hub, tmp_path, capf
     staging.mkdir()
     monkeypatch.setattr(tempfile, "tempdir", str(staging))  # the staged copy is written here
     outputs: list[str] = []
-    request = PublishRequest.parse(bundle_dir=bundle, repo="qfn/release", allow_failed_gates=True)
+    request = PublishRequest.parse(bundle_dir=bundle, repo="qfn/release", public_key=public_key(), allow_failed_gates=True)
     publish(request=request, api_factory=hub)  # dry run, default console (real stdout)
     hub.api.fail["create_commit"] = [http_error(503, url="https://huggingface.co/api/models/qfn/release/commit/main")]
     outputs.append(upload(bundle, hub))

@@ -14,12 +14,12 @@ from builder import constants
 from builder.bundle import verify_bundle
 from builder.errors import PublishError
 from builder.publish import PublishRequest, publish
-from tests.publish.conftest import FAKE_TOKEN, gate_file, head_of, make_bundle
+from tests.publish.conftest import FAKE_TOKEN, gate_file, head_of, make_bundle, public_key
 
 
 def run(bundle: Path, hub, **options) -> tuple[object, str]:
     out = io.StringIO()
-    request = PublishRequest.parse(bundle_dir=bundle, repo="qfn/Qwen3.8-Flash-Next-INT8KV", **options)
+    request = PublishRequest.parse(bundle_dir=bundle, repo="qfn/Qwen3.8-Flash-Next-INT8KV", public_key=public_key(), **options)
     plan = publish(request=request, console=Console(file=out, width=200), api_factory=hub, sleep=lambda s: None)
     return plan, out.getvalue()
 
@@ -34,9 +34,10 @@ def test_dry_run_prints_the_plan_and_makes_no_hub_call(bundle, hub):
     digest = hashlib.sha256((bundle / constants.CHECKSUMS_NAME).read_bytes()).hexdigest()
     assert plan.commit_message == f"Release gb10 0.3.1 ({constants.CHECKSUMS_NAME} sha256:{digest})"
     assert plan.tag == "0.3.1" and plan.revision == "main"
-    assert [f.path for f in plan.files] == sorted(bundle_files(bundle))
+    assert [f.path for f in plan.files] == sorted([*bundle_files(bundle), constants.PUBLIC_KEY_NAME])
     for f in plan.files:
-        assert f.size == (bundle / f.path).stat().st_size
+        source = public_key() if f.path == constants.PUBLIC_KEY_NAME else bundle / f.path
+        assert f.size == source.stat().st_size
         assert f.path in out
     for text in ("qfn/Qwen3.8-Flash-Next-INT8KV", plan.commit_message, "0.3.1", "dry run", "HF_TOKEN environment variable"):
         assert text in out
@@ -56,8 +57,8 @@ def test_upload_sends_exactly_the_bundle_in_one_commit_then_tags_it(bundle, hub)
     assert commit_kwargs["revision"] == "main" and commit_kwargs["repo_type"] == "model"
     assert commit_kwargs["parent_commit"] == head_of("main")
     assert "gb10" in commit_kwargs["commit_description"] and plan.checksums_sha256 in commit_kwargs["commit_description"]
-    # Exactly the bundle's bytes, every file, nothing else, nothing deleted.
-    assert {s.path: s.data for s in api.sent} == bundle_files(bundle)
+    # Exactly the bundle's bytes, every file (its signature too), and the public key; nothing deleted.
+    assert {s.path: s.data for s in api.sent} == bundle_files(bundle) | {constants.PUBLIC_KEY_NAME: public_key().read_bytes()}
     assert all(s.kind == "add" for s in api.sent)
     assert api.calls[4] == (
         "create_tag",
@@ -90,11 +91,12 @@ def test_existing_tag_is_refused_before_anything_is_written(bundle, hub):
 def test_allow_failed_gates_uploads_a_reverified_copy_with_a_warning_card(tmp_path, hub):
     bundle = make_bundle(tmp_path / "gb10", gates={"needle": gate_file("needle", verdict="fail"), "kv_pool": None})
     before = bundle_files(bundle)
-    plan, out = run(bundle, hub, yes=True, allow_failed_gates=True)
+    # The warning changes README.md, which the signature covers: it is published unsigned, and says so.
+    plan, out = run(bundle, hub, yes=True, allow_failed_gates=True, allow_unsigned=True)
     sent = {s.path: s.data for s in hub.api.sent}
     assert bundle_files(bundle) == before, "the built bundle itself is never modified"
-    assert set(sent) == set(before)
-    assert all(sent[p] == before[p] for p in before if p not in ("README.md", constants.CHECKSUMS_NAME))
+    assert set(sent) == set(before) - {constants.SIGNATURE_NAME}
+    assert all(sent[p] == before[p] for p in sent if p not in ("README.md", constants.CHECKSUMS_NAME))
     # What was sent is self-consistent: written out, it passes verification.
     echo = tmp_path / "sent"
     for rel, data in sent.items():
@@ -109,7 +111,7 @@ def test_allow_failed_gates_uploads_a_reverified_copy_with_a_warning_card(tmp_pa
     assert plan.bundle_checksums_sha256 in card.text
     assert plan.card_modified and plan.bundle_checksums_sha256 in hub.api.calls[3][2]["commit_description"]
     assert plan.checksums_sha256 == hashlib.sha256(sent[constants.CHECKSUMS_NAME]).hexdigest()
-    assert "failed-gates warning" in out
+    assert "failed-gates and unsigned warning" in out
 
 
 def test_existing_branch_commit_is_based_on_its_own_head(bundle, hub):

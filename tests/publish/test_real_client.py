@@ -20,7 +20,7 @@ from rich.console import Console
 from builder import constants
 from builder.errors import PublishAuthError, PublishError, PublishNetworkError, PublishPermissionError
 from builder.publish import PublishRequest, publish
-from tests.publish.conftest import FAKE_TOKEN
+from tests.publish.conftest import FAKE_TOKEN, public_key
 
 
 class ScriptedHub(ThreadingHTTPServer):
@@ -80,7 +80,7 @@ def scripted() -> Iterator[callable]:
 
 def upload(bundle: Path, server: ScriptedHub, sleeps: list[float]) -> str:
     out = io.StringIO()
-    request = PublishRequest.parse(bundle_dir=bundle, repo="qfn/release", yes=True)
+    request = PublishRequest.parse(bundle_dir=bundle, repo="qfn/release", public_key=public_key(), yes=True)
     factory = lambda *, token: HfApi(endpoint=server.endpoint, token=token)  # noqa: E731
     publish(request=request, console=Console(file=out, width=200), api_factory=factory, sleep=sleeps.append)
     return out.getvalue()
@@ -132,7 +132,7 @@ def test_a_token_echoed_in_an_error_body_is_redacted_everywhere(bundle, scripted
     monkeypatch.setenv(constants.ENV_HF_TOKEN, FAKE_TOKEN)
     server = scripted(script)
     out = io.StringIO()
-    request = PublishRequest.parse(bundle_dir=bundle, repo="qfn/release", yes=True)
+    request = PublishRequest.parse(bundle_dir=bundle, repo="qfn/release", public_key=public_key(), yes=True)
     factory = lambda *, token: HfApi(endpoint=server.endpoint, token=token)  # noqa: E731
     with pytest.raises(kind) as info:
         publish(request=request, console=Console(file=out, width=200), api_factory=factory, sleep=lambda s: None)
@@ -182,7 +182,7 @@ def test_a_hub_that_never_answers_times_out_then_retries_then_gives_up(bundle, s
     """The issue: `publish --yes` against such an endpoint hung for ever (the client had no timeout)."""
     monkeypatch.setenv(constants.ENV_HF_TOKEN, FAKE_TOKEN)
     out = io.StringIO()
-    request = PublishRequest.parse(bundle_dir=bundle, repo="qfn/release", yes=True)
+    request = PublishRequest.parse(bundle_dir=bundle, repo="qfn/release", public_key=public_key(), yes=True)
     factory = lambda *, token: HfApi(endpoint=silent_hub.endpoint, token=token)  # noqa: E731
     start = time.monotonic()
     with pytest.raises(PublishNetworkError, match="cannot reach the Hub to create repo qfn/release after 5 attempts: ReadTimeout"):
@@ -204,6 +204,6 @@ def test_cli_publish_to_a_hub_that_never_answers_exits_63(bundle, silent_hub, mo
 
     monkeypatch.setenv(constants.ENV_HF_TOKEN, FAKE_TOKEN)
     monkeypatch.setattr(hf_constants, "ENDPOINT", silent_hub.endpoint)
-    code, out, err = run_cli("publish", str(bundle), "--repo", "qfn/release", "--yes")
+    code, out, err = run_cli("publish", str(bundle), "--repo", "qfn/release", "--public-key", str(public_key()), "--yes")
     assert code == PublishNetworkError.exit_code == 63, out + err
     assert "cannot reach the Hub" in " ".join(err.split()) and FAKE_TOKEN not in out + err

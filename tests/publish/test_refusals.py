@@ -12,11 +12,11 @@ from rich.console import Console
 from builder import constants
 from builder.errors import GatesNotPassed, PublishError, UnverifiedBundle
 from builder.publish import PublishRequest, publish
-from tests.publish.conftest import CARD, gate_file, make_bundle, write_checksums
+from tests.publish.conftest import CARD, gate_file, make_bundle, write_checksums, public_key
 
 
 def attempt(bundle: Path, hub, **options) -> None:
-    request = PublishRequest.parse(bundle_dir=bundle, repo="qfn/release", yes=True, **options)
+    request = PublishRequest.parse(bundle_dir=bundle, repo="qfn/release", public_key=public_key(), yes=True, **options)
     publish(request=request, console=Console(file=io.StringIO()), api_factory=hub, sleep=lambda s: None)
 
 

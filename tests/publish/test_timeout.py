@@ -11,7 +11,7 @@ from rich.console import Console
 from builder import constants
 from builder.errors import PublishError, PublishNetworkError
 from builder.publish import PublishRequest, publish
-from tests.publish.conftest import FAKE_TOKEN, http_error
+from tests.publish.conftest import FAKE_TOKEN, http_error, public_key
 from tests.publish.test_real_client import SilentHub
 
 
@@ -30,7 +30,7 @@ def silent(monkeypatch):
 def test_a_hub_that_never_answers_ends_at_the_timeout_with_exit_63(bundle, silent, run_cli):
     """The real per-read timeout (60 s) and backoff are left as they are: --timeout alone bounds the run."""
     start = time.monotonic()
-    code, out, err = run_cli("publish", str(bundle), "--repo", "qfn/release", "--yes", "--timeout", "3")
+    code, out, err = run_cli("publish", str(bundle), "--repo", "qfn/release", "--public-key", str(public_key()), "--yes", "--timeout", "3")
     took = time.monotonic() - start
     text = " ".join(err.split())
     assert code == PublishNetworkError.exit_code == 63, out + err
@@ -79,7 +79,7 @@ def test_backoff_waits_are_cut_to_the_budget_left_and_no_retry_starts_after_it(h
 
 
 def test_default_budget_leaves_the_retry_policy_as_it_was(bundle, hub):
-    request = PublishRequest.parse(bundle_dir=bundle, repo="qfn/release", yes=True)
+    request = PublishRequest.parse(bundle_dir=bundle, repo="qfn/release", public_key=public_key(), yes=True)
     assert request.timeout_s == constants.PUBLISH_TIMEOUT_S
     hub.api.fail["create_commit"] = [http_error(503), http_error(503)]
     sleeps: list[float] = []
@@ -121,7 +121,7 @@ def test_a_hub_that_trickles_its_answer_cannot_hold_publish_past_the_timeout(bun
     monkeypatch.setenv(constants.ENV_HF_TOKEN, FAKE_TOKEN)
     try:
         start = time.monotonic()
-        code, out, err = run_cli("publish", str(bundle), "--repo", "qfn/release", "--yes", "--timeout", "2")
+        code, out, err = run_cli("publish", str(bundle), "--repo", "qfn/release", "--public-key", str(public_key()), "--yes", "--timeout", "2")
         took = time.monotonic() - start
     finally:
         hub.close()
