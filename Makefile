@@ -79,10 +79,11 @@ RENDER_OUT ?= dist/render/$(TARGET)
 
 # make bundle TARGET=T [SIGN_KEY=FILE [SIGN_PUBLIC_KEY=FILE.pub]] [ATTESTATIONS=DIR]: with SIGN_KEY the bundle
 # names the key's id (its public key, default SIGN_KEY.pub) and is signed once built (model.sig).
+# The commands are not echoed: the key's path stays out of the output (the builder prints its key id).
 SIGN_PUBLIC_KEY ?= $(if $(SIGN_KEY),$(SIGN_KEY).pub)
 bundle: $(STAMP)
-	$(BIN)/python -m builder bundle --target $(TARGET) --out $(OUT) $(if $(ATTESTATIONS),--attestations $(ATTESTATIONS)) $(if $(SIGN_PUBLIC_KEY),--public-key $(SIGN_PUBLIC_KEY))
-	$(if $(SIGN_KEY),$(BIN)/python -m builder sign $(OUT) --key $(SIGN_KEY))
+	@$(BIN)/python -m builder bundle --target $(TARGET) --out $(OUT) $(if $(ATTESTATIONS),--attestations $(ATTESTATIONS)) $(if $(SIGN_PUBLIC_KEY),--public-key $(SIGN_PUBLIC_KEY))
+	@$(if $(SIGN_KEY),$(BIN)/python -m builder sign $(OUT) --key $(SIGN_KEY))
 
 render: $(STAMP)
 	$(BIN)/python -m builder render --target $(TARGET) --out $(RENDER_OUT)

@@ -3,17 +3,24 @@
 from __future__ import annotations
 
 import json
+import shutil
+from pathlib import Path
 
 import pytest
 from rich.console import Console
 
 from builder.bundle import BundleSources, build_bundle
+from builder.bundle.sign import sign_bundle
+from builder.keys import generate_key_pair
 from tests.evidence_fixtures import write_ledger
 
 
 @pytest.fixture
 def sources(tmp_path) -> BundleSources:
-    src = tmp_path / "src"
+    return write_sources(tmp_path / "src")
+
+
+def write_sources(src: Path) -> BundleSources:
     patches = src / "patches"
     (patches / "__pycache__").mkdir(parents=True)
     (patches / "series").write_text("qsa-int8.diff\n")
@@ -53,3 +60,36 @@ def quiet() -> Console:
 def built(tmp_path, sources, quiet):
     """A gb10 bundle built from `sources`."""
     return build_bundle(target="gb10", out=tmp_path / "dist" / "gb10", sources=sources, console=quiet)
+
+
+class KeyPair:
+    def __init__(self, folder: Path, name: str) -> None:
+        self.private = folder / name
+        self.public = folder / f"{name}.pub"
+        self.id = generate_key_pair(private_path=self.private, public_path=self.public)
+
+
+@pytest.fixture(scope="session")
+def keys(tmp_path_factory) -> tuple[KeyPair, KeyPair]:
+    """Two signing key pairs: the release's, and another one."""
+    folder = tmp_path_factory.mktemp("keys")
+    return KeyPair(folder, "release.key"), KeyPair(folder, "other.key")
+
+
+@pytest.fixture(scope="session")
+def signed_master(tmp_path_factory, keys) -> Path:
+    """A gb10 bundle built once and signed with the release key; tests copy it (`signed`)."""
+    root = tmp_path_factory.mktemp("signed")
+    out = root / "dist" / "gb10"
+    build_bundle(target="gb10", out=out, sources=write_sources(root / "src"), console=Console(quiet=True),
+                 signing_key_id=keys[0].id)
+    sign_bundle(out, key=keys[0].private)
+    return out
+
+
+@pytest.fixture
+def signed(tmp_path, signed_master) -> Path:
+    """A private copy of the signed bundle, in a folder named unlike the one it was signed in."""
+    copy = tmp_path / "downloaded" / "qfn-release"
+    shutil.copytree(signed_master, copy)
+    return copy
