@@ -119,13 +119,14 @@ base-image:
 
 # GPU targets: the base comes from target.base_source (the pinned upstream image, or the engine lock
 # in docker/locks/ built into a local base here); arm64 (gb10) on an x86_64 host runs under QEMU.
-# SIGN_KEY=FILE also writes the image's signed SBOM and provenance to dist/images/<target>/ (docs/images.md).
+# SIGN_KEY=FILE also writes the image's signed SBOM and provenance to dist/images/<target>/ (docs/images.md);
+# the command is then not echoed, so the key's path stays out of the output (attest prints its key id).
 ARM64_TARGETS ?= gb10
 image: $(STAMP)
 	$(if $(filter cpu-smoke,$(TARGET)),$(MAKE) base-image && mkdir -p $(dir $(PINNED_CPU_SMOKE)) \
 	  && cp targets/cpu-smoke.toml $(PINNED_CPU_SMOKE) && $(BIN)/python -m builder pin --target $(PINNED_CPU_SMOKE))
 	$(if $(filter $(ARM64_TARGETS),$(TARGET)),bash scripts/host-setup.sh --emulation)
-	$(BIN)/python -m builder image --target $(TARGET_ARG) $(if $(CA_BUNDLE),--ca-bundle $(CA_BUNDLE)) $(if $(SIGN_KEY),--sign-key $(SIGN_KEY)) $(IMAGE_ARGS)
+	$(if $(SIGN_KEY),@)$(BIN)/python -m builder image --target $(TARGET_ARG) $(if $(CA_BUNDLE),--ca-bundle $(CA_BUNDLE)) $(if $(SIGN_KEY),--sign-key $(SIGN_KEY)) $(IMAGE_ARGS)
 
 # Re-resolve the engine lock of one platform (then `builder pin --target T` for the targets using it).
 PLATFORM ?= linux/amd64

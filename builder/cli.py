@@ -231,12 +231,12 @@ def image(
     from builder.errors import AttestationError
     from builder.image import build_image
     from builder.image.base import check_ca_bundle
+    from builder.image.attest import check_sign_key
     from builder.image.evidence import write_image_evidence
-    from builder.keys import check_private_key_file
 
     check_ca_bundle(ca_bundle)  # before the daemon is asked anything
     if sign_key is not None:
-        check_private_key_file(sign_key)  # a key others may read is refused before an hour of build
+        check_sign_key(sign_key)  # a key others may read is refused before an hour of build
     elif attest_out is not None:
         raise AttestationError("--attest-out needs --sign-key", hint="pass --sign-key FILE (`builder keygen --out FILE`)")
     cfg = config.load_target(target)
@@ -270,9 +270,9 @@ def attest(
     out: Path | None = typer.Option(None, "--attest-out", help="Attestation folder (default dist/images/<target>/)."),
 ) -> None:
     """Write the signed SBOM and SLSA provenance of the target's image, already built and tagged on this host."""
-    from builder.keys import check_private_key_file
+    from builder.image.attest import check_sign_key
 
-    check_private_key_file(sign_key)  # before the daemon is asked anything
+    check_sign_key(sign_key)  # before the daemon is asked anything
     _attest(cfg=config.load_target(target), sign_key=sign_key, out=out)
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import re
 import shlex
+from contextlib import contextmanager
 from pathlib import Path
 
 import docker
@@ -21,8 +22,15 @@ from rich.console import Console
 from builder import __version__
 from builder.atomic import replace_dir
 from builder.config import ReleaseConfig
-from builder.constants import DOCKER_SLOW_API_TIMEOUT_S, OCI_LABEL_PREFIX, QFN_LABEL_PREFIX, REPO_ROOT
-from builder.errors import AttestationError, DockerError, SignatureError
+from builder.constants import (
+    ATTESTATION_FILES,
+    DOCKER_SLOW_API_TIMEOUT_S,
+    IMAGE_RECORD_NAME,
+    OCI_LABEL_PREFIX,
+    QFN_LABEL_PREFIX,
+    REPO_ROOT,
+)
+from builder.errors import AttestationError, DockerError, SignatureError, SigningKeyError
 from builder.image import dsse
 from builder.image.base import emulation_needed, load_pinned_lock
 from builder.image.build import build_args
@@ -30,14 +38,14 @@ from builder.image.daemon import docker_client
 from builder.image.provenance import ProvenanceInputs, SourceCommit, provenance_statement
 from builder.image.recipe import build_recipe
 from builder.image.sbom import build_sbom, packages_from_lock, parse_dpkg, parse_installed, python_components, sbom_image_digest
-from builder.keys import key_id, load_private_key, load_public_key
+from builder.keys import check_private_key_file, key_id, load_private_key, load_public_key
 
-IMAGE_JSON = "image.json"
+IMAGE_JSON = IMAGE_RECORD_NAME
 SBOM_NAME = "sbom.cdx.json"
 PROVENANCE_NAME = "provenance.intoto.json"
 ENVELOPE_SUFFIX = ".dsse.json"
-#: Every file an attestation folder holds; `builder bundle --attestations DIR` copies exactly these.
-ATTESTATION_FILES = (IMAGE_JSON, SBOM_NAME, PROVENANCE_NAME, SBOM_NAME + ENVELOPE_SUFFIX, PROVENANCE_NAME + ENVELOPE_SUFFIX)
+# `builder bundle --attestations DIR` copies exactly ATTESTATION_FILES (builder.constants): these four
+# names and IMAGE_JSON are those (tests/image/test_provenance.py).
 #: Where `builder image --sign-key` and `builder attest` write, under the repo root.
 DEFAULT_ATTEST_DIR = Path("dist") / "images"
 
@@ -97,7 +105,7 @@ def attest_image(
     console: Console | None = None,
 ) -> Attested:
     """Attest the tagged image of `cfg` (built before) into `out_dir` (default dist/images/<target>/)."""
-    key = load_private_key(sign_key)  # refused (group/other readable, not P-256) before docker is asked anything
+    key = load_sign_key(sign_key)  # refused (group/other readable, not P-256) before docker is asked anything
     console = console or Console(stderr=True)
     recipe = build_recipe(cfg)
     out_dir = out_dir or default_attest_dir(cfg.target.name, repo_root)
@@ -157,6 +165,28 @@ def attest_image(
             (stage / (name + ENVELOPE_SUFFIX)).write_text(envelope.model_dump_json(indent=2) + "\n")
     return Attested(out_dir=out_dir, image=ref, key_id=key_id(key.public_key()), python_packages=len(python),
                     debian_packages=len(debs), python_source=python_source)
+
+
+def check_sign_key(path: Path) -> Path:
+    """`path` if it may be a --sign-key (builder.keys' rules), before anything is built or asked of docker."""
+    with _as_sign_key():
+        return check_private_key_file(path)
+
+
+def load_sign_key(path: Path):
+    with _as_sign_key():
+        return load_private_key(path)
+
+
+@contextmanager
+def _as_sign_key():
+    """builder.keys names the option --key (`builder sign`); here the key is passed as --sign-key."""
+    try:
+        yield
+    except SigningKeyError as exc:
+        if not exc.message.startswith("--key "):
+            raise
+        raise SigningKeyError("--sign-key " + exc.message.removeprefix("--key "), hint=exc.hint) from None
 
 
 class Check(BaseModel):

@@ -8,6 +8,7 @@ import json
 
 import pytest
 
+from builder.bundle.attestations import present_files, read_image_record
 from builder.config import load_target
 from builder.constants import REPO_ROOT
 from builder.errors import AttestationError
@@ -124,6 +125,8 @@ def test_lock_target_attestations(cfg, key, tmp_path):
 
     checks = verify_image(image=tag, public_key=key.with_suffix(".pub"), attestations=out, client=client)
     require_all(checks, image=tag)
+    # What `builder bundle --attestations` reads of it: the image record, and every file to copy.
+    assert read_image_record(out).id == IMAGE_ID and sorted(present_files(out)) == sorted(p.name for p in out.iterdir())
     other = FakeClient({tag: FakeImage("sha256:" + "7b" * 32, _labels(cfg))})
     checks = verify_image(image=tag, public_key=key.with_suffix(".pub"), attestations=out, client=other)
     assert [c.name for c in checks if not c.ok] == ["provenance subject digest", "SBOM image digest"]

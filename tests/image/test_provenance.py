@@ -11,7 +11,8 @@ from in_toto_attestation.predicates.provenance.v1 import provenance_pb2
 from in_toto_attestation.v1 import statement_pb2
 from in_toto_attestation.v1.statement import Statement
 
-from builder.image.attest import _without_credentials, attestation_refusal, ATTESTATION_FILES
+from builder.constants import ATTESTATION_FILES
+from builder.image.attest import ENVELOPE_SUFFIX, IMAGE_JSON, PROVENANCE_NAME, SBOM_NAME, _without_credentials, attestation_refusal
 from builder.image.provenance import PREDICATE_TYPE, STATEMENT_TYPE, ProvenanceInputs, SourceCommit, provenance_statement
 
 IMAGE_ID = "sha256:" + "1d" * 32
@@ -83,3 +84,8 @@ def test_only_an_attestation_folder_may_be_replaced(tmp_path):
     (tmp_path / "notes.txt").unlink()
     (tmp_path / "image.json").write_text("{}")
     assert "image.json" in attestation_refusal(tmp_path)
+
+
+def test_the_files_written_are_the_ones_a_bundle_copies():
+    written = {IMAGE_JSON, SBOM_NAME, PROVENANCE_NAME, SBOM_NAME + ENVELOPE_SUFFIX, PROVENANCE_NAME + ENVELOPE_SUFFIX}
+    assert written == set(ATTESTATION_FILES) and len(ATTESTATION_FILES) == 5
