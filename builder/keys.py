@@ -59,33 +59,33 @@ def _write_exclusive(path: Path, data: bytes, *, mode: int) -> None:
     os.chmod(path, mode)  # the umask may have narrowed the public key's mode
 
 
-def check_private_key_file(path: Path) -> Path:
+def check_private_key_file(path: Path, *, option: str = "--key") -> Path:
     """`path` if it is a regular file only its owner may read or write; refused otherwise, before
-    it is opened."""
+    it is opened. ``option``: how the command that was given the key names it."""
     try:
         st = path.stat()
     except OSError as exc:
-        raise SigningKeyError(f"--key {path.name}: {exc.strerror}", hint="pass the private key file `builder keygen` wrote") from None
+        raise SigningKeyError(f"{option} {path.name}: {exc.strerror}", hint="pass the private key file `builder keygen` wrote") from None
     if not stat.S_ISREG(st.st_mode):
-        raise SigningKeyError(f"--key {path.name} is not a regular file", hint="pass the private key file `builder keygen` wrote")
+        raise SigningKeyError(f"{option} {path.name} is not a regular file", hint="pass the private key file `builder keygen` wrote")
     if st.st_mode & 0o077:
         raise SigningKeyError(
-            f"--key {path.name} is readable or writable by group or others (mode {stat.S_IMODE(st.st_mode):o})",
+            f"{option} {path.name} is readable or writable by group or others (mode {stat.S_IMODE(st.st_mode):o})",
             hint=f"chmod 600 {path}",
         )
     return path
 
 
-def load_private_key(path: Path) -> ec.EllipticCurvePrivateKey:
+def load_private_key(path: Path, *, option: str = "--key") -> ec.EllipticCurvePrivateKey:
     """The P-256 private key in `path` (PEM, unencrypted), after `check_private_key_file`."""
-    check_private_key_file(path)
+    check_private_key_file(path, option=option)
     try:
         key = serialization.load_pem_private_key(path.read_bytes(), password=None)
     except (ValueError, TypeError, OSError):
-        raise SigningKeyError(f"--key {path.name} is not an unencrypted PEM private key",
+        raise SigningKeyError(f"{option} {path.name} is not an unencrypted PEM private key",
                               hint="generate one with `builder keygen --out FILE`") from None
     if not isinstance(key, ec.EllipticCurvePrivateKey) or not isinstance(key.curve, CURVE):
-        raise SigningKeyError(f"--key {path.name} is not an ECDSA P-256 key", hint="generate one with `builder keygen --out FILE`")
+        raise SigningKeyError(f"{option} {path.name} is not an ECDSA P-256 key", hint="generate one with `builder keygen --out FILE`")
     return key
 
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import re
 import shlex
-from contextlib import contextmanager
 from pathlib import Path
 
 import docker
@@ -30,7 +29,7 @@ from builder.constants import (
     QFN_LABEL_PREFIX,
     REPO_ROOT,
 )
-from builder.errors import AttestationError, DockerError, SignatureError, SigningKeyError
+from builder.errors import AttestationError, DockerError, SignatureError
 from builder.image import dsse
 from builder.image.base import emulation_needed, load_pinned_lock
 from builder.image.build import build_args
@@ -169,24 +168,11 @@ def attest_image(
 
 def check_sign_key(path: Path) -> Path:
     """`path` if it may be a --sign-key (builder.keys' rules), before anything is built or asked of docker."""
-    with _as_sign_key():
-        return check_private_key_file(path)
+    return check_private_key_file(path, option="--sign-key")
 
 
 def load_sign_key(path: Path):
-    with _as_sign_key():
-        return load_private_key(path)
-
-
-@contextmanager
-def _as_sign_key():
-    """builder.keys names the option --key (`builder sign`); here the key is passed as --sign-key."""
-    try:
-        yield
-    except SigningKeyError as exc:
-        if not exc.message.startswith("--key "):
-            raise
-        raise SigningKeyError("--sign-key " + exc.message.removeprefix("--key "), hint=exc.hint) from None
+    return load_private_key(path, option="--sign-key")
 
 
 class Check(BaseModel):
