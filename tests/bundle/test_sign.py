@@ -272,3 +272,24 @@ def test_an_attestation_folder_without_image_json_is_refused(tmp_path, sources, 
     (folder / "image.json").unlink()
     with pytest.raises(BundleError, match="has no image.json"):
         build_bundle(target="gb10", out=tmp_path / "out", sources=sources, console=quiet, attestations=folder)
+
+
+def test_keygen_writes_a_pair_and_prints_its_id_and_both_paths(tmp_path):
+    done = builder_cli("keygen", "--out", str(tmp_path / "release.key"))
+    assert done.returncode == 0, done.stderr
+    private, public = tmp_path / "release.key", tmp_path / "release.key.pub"
+    assert (private.stat().st_mode & 0o777) == 0o600 and public.is_file()
+    from builder.keys import key_id, load_public_key
+
+    assert key_id(load_public_key(public)) in done.stdout
+    assert str(private) in done.stdout and str(public) in done.stdout
+    again = builder_cli("keygen", "--out", str(private), "--public-out", str(tmp_path / "elsewhere.pub"))
+    assert again.returncode == SigningKeyError.exit_code and "never overwritten" in again.stderr
+
+
+def test_a_signed_bundle_is_replaced_by_a_new_build(signed, sources, quiet):
+    from builder.bundle import build_bundle
+
+    build_bundle(target="gb10", out=signed, sources=sources, console=quiet)
+    assert not (signed / SIGNATURE_NAME).exists(), "a new build is unsigned until signed again"
+    assert verify_bundle(signed).ok
