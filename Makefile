@@ -103,7 +103,7 @@ publish: $(STAMP)
 	@test -n "$(REPO)" || { echo "make publish: set REPO=org/name" >&2; exit 2; }
 	$(BIN)/builder publish $(OUT) --repo $(REPO) $(if $(PUBLIC_KEY),--public-key $(PUBLIC_KEY)) $(if $(YES),--yes) $(PUBLISH_ARGS)
 
-# --- image / serve (issue 5) ---
+# --- image / serve ---
 # pip inside the image build trusts this CA bundle (TLS-intercepting proxies); it is not kept in the image.
 CA_BUNDLE ?= $(wildcard /etc/ssl/certs/ca-certificates.crt)
 

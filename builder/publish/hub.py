@@ -26,7 +26,7 @@ from builder.redact import redact
 
 REPO_TYPE = "model"
 #: Files the Hub creates in every repo; never deleted as stale.
-HUB_OWNED = frozenset({".gitattributes"})
+HUB_OWNED = frozenset({constants.HUB_ATTRIBUTES_NAME})
 LOGIN_HINT = f"run `hf auth login`, or set {constants.ENV_HF_TOKEN} to a token with write access"
 
 

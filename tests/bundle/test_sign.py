@@ -107,11 +107,16 @@ def test_plain_verify_of_a_signed_bundle_is_unchanged_and_says_the_signature_was
     assert "not checked" in done.stdout and "--public-key" in done.stdout
 
 
-def test_model_sig_is_the_one_file_outside_the_manifest(signed):
+def test_only_the_signature_the_public_key_and_the_hubs_attributes_may_sit_outside_the_manifest(signed):
     assert SIGNATURE_NAME not in (signed / CHECKSUMS_NAME).read_text()
-    (signed / PUBLIC_KEY_NAME).write_text("a key beside the bundle is still a stray\n")
-    report = verify_bundle(signed)
-    assert report.unexpected == [PUBLIC_KEY_NAME]
+    # As downloaded from the Hub: the public key publish uploads and the .gitattributes the Hub adds.
+    (signed / PUBLIC_KEY_NAME).write_text("the publisher's key\n")
+    (signed / ".gitattributes").write_text("*.bin filter=lfs\n")
+    assert verify_bundle(signed).ok
+    # Any other top-level stray, or one of those names further down, is still unexpected.
+    (signed / "notes.txt").write_text("x\n")
+    (signed / "launch" / PUBLIC_KEY_NAME).write_text("x\n")
+    assert verify_bundle(signed).unexpected == [f"launch/{PUBLIC_KEY_NAME}", "notes.txt"]
 
 
 def test_sign_refuses_a_bundle_that_does_not_verify_and_writes_nothing(signed, keys):
