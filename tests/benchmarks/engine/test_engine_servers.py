@@ -66,7 +66,7 @@ def test_root_cause_and_weight_load_triage(tmp_path):
 
 
 def test_tp2_ep_layout_is_cmp170hx_x2s_split_on_the_small_model(target_data):
-    """Issue 18 item 5: the same model served with TP2 + EP, int8 vs bf16; the split is read from
+    """The same model served with TP2 + EP, int8 vs bf16; the split is read from
     the target that ships it, so a change there changes this run."""
     from benchmarks.engine.transport.chunked import LAYOUT_KINDS
 
