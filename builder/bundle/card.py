@@ -22,6 +22,7 @@ from builder.constants import (
     BENCHMARK_NAME,
     BENCH_EVIDENCE_GLOB,
     BUNDLE_MANIFEST_NAME,
+    CARD_FAILED_GATES_TAG,
     CARD_NAME,
     CHECKSUMS_NAME,
     CLAIMS_FILE,
@@ -32,6 +33,7 @@ from builder.constants import (
     PUBLIC_KEY_NAME,
     SIGNATURE_NAME,
 )
+from builder.bundle.gates import assess_gates, describe_blocking
 from builder.bundle.manifest import ImageRef
 from builder.errors import BuilderError, RenderError
 from builder.evidence import load_ledger
@@ -133,6 +135,8 @@ class CardContext(BaseModel):
     docker_run: str
     claims: list[tuple[str, str]] = []
     compose_name: str = COMPOSE_NAME
+    #: Required gates without passing evidence ("needle (missing), ..."); None when all passed.
+    gates_not_passed: str | None = None
     not_measured: str = NOT_MEASURED
     script_name: str = LAUNCH_SCRIPT_NAME
     env_doc_name: str = LAUNCH_ENV_DOC_NAME
@@ -185,13 +189,16 @@ def file_rows(files: list[str], *, evidence_dir: Path, kernels_dir: Path | None)
     return rows
 
 
-def front_matter(cfg: ReleaseConfig) -> str:
+def front_matter(cfg: ReleaseConfig, *, gates_passed: bool = True) -> str:
+    tags = ["vllm", "kv-cache", cfg.kv_cache.dtype.replace("_", "-"), cfg.target.name, cfg.target.arch]
+    if not gates_passed:  # Hub search shows it too
+        tags.append(CARD_FAILED_GATES_TAG)
     meta = {
         "library_name": "vllm",
         "base_model": cfg.model.base_model,
         "license": cfg.model.license,
         "pipeline_tag": "text-generation",
-        "tags": ["vllm", "kv-cache", cfg.kv_cache.dtype.replace("_", "-"), cfg.target.name, cfg.target.arch],
+        "tags": tags,
     }
     return yaml.safe_dump(meta, sort_keys=False, allow_unicode=True)
 
@@ -258,14 +265,18 @@ def card_context(
     evidence the bundle ships, when it ships it."""
     digest = config_digest(cfg)
     headers, bench = bench_rows(evidence_dir)
+    gates = gate_rows(evidence_dir, digest=digest)  # first: it names unreadable evidence as bundling does
+    # Said in the card as built, so a signed bundle needs no change to be published with the notice.
+    release_gates = assess_gates(evidence_dir=evidence_dir)
     return CardContext(
-        front_matter=front_matter(cfg),
+        front_matter=front_matter(cfg, gates_passed=release_gates.ok),
+        gates_not_passed=None if release_gates.ok else describe_blocking(release_gates),
         title=f"{cfg.model.served_name}: {cfg.kv_cache.dtype} KV cache on {cfg.target.name}",
         cfg=cfg,
         plan=plan,
         version=builder.__version__,
         digest=digest,
-        gates=gate_rows(evidence_dir, digest=digest),
+        gates=gates,
         bench_headers=headers,
         bench=bench,
         capacity=capacity_section(capacity, plan_error=capacity_error, evidence_dir=evidence_dir, kernels_dir=kernels_dir),

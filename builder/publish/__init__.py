@@ -13,7 +13,8 @@ from rich.markup import escape
 
 from builder import constants
 from builder.bundle.assemble import BUNDLE_EVIDENCE
-from builder.publish.gates import assess_gates, refuse_unless_passed
+from builder.bundle.gates import assess_gates
+from builder.publish.gates import refuse_unless_passed
 from builder.publish.hub import Deadline, Hub, hub_timeouts, require_token, token_source, upload
 from builder.publish.models import PublishPlan, PublishRequest
 from builder.publish.plan import make_plan, show_plan

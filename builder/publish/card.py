@@ -9,8 +9,7 @@ from huggingface_hub import ModelCard
 
 from builder import constants
 from builder.errors import UnverifiedBundle
-from builder.publish.gates import describe_blocking
-from builder.publish.models import GateReport
+from builder.bundle.gates import GateReport, describe_blocking
 
 
 def load_card(path: Path) -> ModelCard:
@@ -31,6 +30,12 @@ def load_card(path: Path) -> ModelCard:
     if data["library_name"] != "vllm":
         raise UnverifiedBundle(f"{path}: library_name is {data['library_name']!r}, expected 'vllm'", hint="fix builder/bundle/templates/README.md.j2")
     return card
+
+
+def notes_failed_gates(card: ModelCard) -> bool:
+    """Whether the card as built already says its gates did not pass (its tag): then publishing it
+    with --allow-failed-gates changes nothing in it, and a signature over it still holds."""
+    return constants.CARD_FAILED_GATES_TAG in (card.data.tags or [])
 
 
 def warn_failed_gates(card: ModelCard, *, report: GateReport, bundle_checksums_sha256: str) -> ModelCard:

@@ -9,6 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from builder import constants
 from builder.bundle import BundleManifest
+from builder.bundle.gates import GateReport
 from builder.errors import PublishError
 
 
@@ -89,29 +90,6 @@ def ref_name_problem(name: str) -> str | None:
     return None
 
 
-class GateStatus(BaseModel):
-    """One gate as publish sees it."""
-
-    gate: str
-    verdict: str = Field(description="pass, fail, or missing (no evidence file).")
-    required: bool = Field(description="Blocks publishing when not passed.")
-    summary: str = ""
-
-
-class GateReport(BaseModel):
-    """Every gate's status; `ok` when no blocking gate is missing or failed."""
-
-    gates: list[GateStatus]
-
-    @property
-    def blocking(self) -> list[GateStatus]:
-        return [g for g in self.gates if g.required and g.verdict != "pass"]
-
-    @property
-    def ok(self) -> bool:
-        return not self.blocking
-
-
 class PlannedFile(BaseModel):
     path: str = Field(description="Path in the repo (POSIX, relative).")
     size: int
@@ -132,6 +110,7 @@ class PublishPlan(BaseModel):
     bundle_checksums_sha256: str = Field(description=f"sha256 of the bundle's own {constants.CHECKSUMS_NAME}.")
     gates: GateReport
     card_modified: bool = Field(description="The model card got a warning (failed gates, unsigned) at publish time.")
+    card_notes_failed_gates: bool = Field(default=False, description="The card as built already says its gates did not pass.")
     signed: bool = Field(default=False, description=f"{constants.SIGNATURE_NAME} verified and is uploaded with {constants.PUBLIC_KEY_NAME}.")
     key_id: str | None = Field(default=None, description="Id of the public key the signature verified against.")
     unsigned_reason: str | None = Field(default=None, description="Why the release is published unsigned.")

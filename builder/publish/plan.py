@@ -12,7 +12,9 @@ from builder import constants
 from builder.bundle import BundleManifest
 from builder.hashing import sha256_file
 from builder.errors import PublishError
-from builder.publish.models import GateReport, PublishPlan, PublishRequest, ref_name_problem
+from builder.bundle.gates import GateReport
+from builder.publish.card import load_card, notes_failed_gates
+from builder.publish.models import PublishPlan, PublishRequest, ref_name_problem
 from builder.publish.signature import Signing
 from builder.publish.stage import planned_files
 
@@ -23,7 +25,8 @@ def make_plan(
 ) -> PublishPlan:
     checksums = sha256_file(source_dir / constants.CHECKSUMS_NAME)
     bundle_checksums = sha256_file(request.bundle_dir / constants.CHECKSUMS_NAME)
-    card_modified = not report.ok or not signing.signed
+    card_modified = checksums != bundle_checksums  # the staged card got a warning, and its line was re-hashed
+    gates_noted = notes_failed_gates(load_card(request.bundle_dir / constants.CARD_NAME))
     tag = request.tag or release.bundle_version
     if problem := ref_name_problem(tag):  # the default tag comes from bundle.json; checked before any Hub call
         raise PublishError(f"bundle_version {tag!r} of {request.bundle_dir} is no tag name: {problem}",
@@ -60,6 +63,7 @@ def make_plan(
         bundle_checksums_sha256=bundle_checksums,
         gates=report,
         card_modified=card_modified,
+        card_notes_failed_gates=gates_noted,
         token_source=token_source,
         signed=signing.signed,
         key_id=signing.key_id,
@@ -91,8 +95,10 @@ def show_plan(plan: PublishPlan, *, console: Console) -> None:
     summary.add_row("tag", Text(plan.tag))
     summary.add_row("commit message", Text(plan.commit_message))
     summary.add_row("target / version", Text(f"{plan.release.target} / {plan.release.bundle_version}"))
-    warnings = [w for w, on in (("failed-gates", not plan.gates.ok), ("unsigned", not plan.signed)) if on]
-    summary.add_row("model card", f"[red]{' and '.join(warnings)} warning added at publish time[/]" if plan.card_modified else "as built")
+    warnings = [w for w, on in (("failed-gates", not plan.gates.ok and not plan.card_notes_failed_gates),
+                                ("unsigned", not plan.signed)) if on]
+    as_built = "as built" + (" (it says its gates did not pass)" if plan.card_notes_failed_gates else "")
+    summary.add_row("model card", f"[red]{' and '.join(warnings)} warning added at publish time[/]" if plan.card_modified else as_built)
     if plan.signed:
         summary.add_row("signature", Text(f"{constants.SIGNATURE_NAME} verified (key id {plan.key_id}); "
                                           f"public key uploaded as {constants.PUBLIC_KEY_NAME}"))

@@ -16,8 +16,9 @@ from builder.checksums import list_files, manifest_text, read_manifest_file
 from builder.hashing import sha256_file
 from builder.errors import UnverifiedBundle, VerifyError
 from builder.bundle.sign import check_signature
-from builder.publish.card import load_card, warn_failed_gates, warn_unsigned
-from builder.publish.models import GateReport, PlannedFile
+from builder.publish.card import load_card, notes_failed_gates, warn_failed_gates, warn_unsigned
+from builder.bundle.gates import GateReport
+from builder.publish.models import PlannedFile
 from builder.publish.signature import Signing
 
 
@@ -58,10 +59,11 @@ def upload_source(bundle_dir: Path, *, report: GateReport, signing: Signing) -> 
     with tempfile.TemporaryDirectory(prefix="qfn-publish-") as tmp:
         staged = Path(tmp) / bundle_dir.name
         shutil.copytree(bundle_dir, staged, symlinks=True)
-        if not report.ok or not signing.signed:
+        warn_gates = not report.ok and not notes_failed_gates(card)
+        if warn_gates or not signing.signed:
             checksums = staged / constants.CHECKSUMS_NAME
             marked = card
-            if not report.ok:
+            if warn_gates:
                 marked = warn_failed_gates(marked, report=report, bundle_checksums_sha256=sha256_file(checksums))
             if not signing.signed:
                 (staged / constants.SIGNATURE_NAME).unlink(missing_ok=True)

@@ -270,3 +270,21 @@ def test_the_engine_fidelity_check_is_one_labelled_line_from_its_file(tmp_path):
     (root / ENGINE_EVIDENCE / ENGINE_FIDELITY_FILE).write_text(json.dumps({"run": "x", "arms": {"int8": {}}}))
     with pytest.raises(RenderError, match="fidelity check"):
         _card(tmp_path, "h200", kernels_dir=root / "kernels")
+
+
+def test_a_bundle_whose_gates_did_not_pass_says_so_first_and_is_tagged(tmp_path):
+    from builder import constants
+
+    for name in constants.PUBLISH_REQUIRED_GATES:
+        _gate(tmp_path, "gb10", name)
+    _, passed = _card(tmp_path)
+    assert "Quality gates have not passed" not in passed  # the control: every required gate passed
+    assert constants.CARD_FAILED_GATES_TAG not in ModelCard(passed).data.tags
+
+    _gate(tmp_path, "gb10", "needle", verdict="fail")
+    (tmp_path / "gb10" / "battery.json").unlink()
+    _, failed = _card(tmp_path)
+    card = ModelCard(failed)
+    assert card.text.lstrip().startswith("> [!WARNING]\n> **Quality gates have not passed for this bundle.**")
+    assert "Not passed: battery (missing), needle (fail)." in card.text
+    assert constants.CARD_FAILED_GATES_TAG in card.data.tags

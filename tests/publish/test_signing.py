@@ -23,7 +23,7 @@ from builder.keys import generate_key_pair
 from builder.measure.evidence import GateEvidence
 from builder.publish import PublishRequest, publish
 from tests.evidence_fixtures import write_ledger
-from tests.publish.conftest import FAKE_TOKEN, gate_file, make_bundle, public_key, signing_key
+from tests.publish.conftest import CARD, FAKE_TOKEN, gate_file, make_bundle, public_key, signing_key
 
 IMAGE = {"tag": "qfn-int8kv:gb10-0.3.1", "id": "sha256:" + "5e" * 32}
 ATTESTATIONS = ("image.json", "provenance.intoto.json", "provenance.intoto.json.dsse.json", "sbom.cdx.json",
@@ -140,6 +140,19 @@ def test_failed_gates_on_a_signed_bundle_need_allow_unsigned_too(tmp_path, hub):
     with pytest.raises(UnsignedBundle, match="allow-failed-gates adds a warning"):
         run(bundle, hub, public_key=public_key(), yes=True, allow_failed_gates=True)
     assert hub.api.calls == []
+
+
+def test_a_card_built_with_the_gates_notice_is_published_signed_and_unchanged(tmp_path, hub):
+    """The bundle's card already says its gates did not pass (as `builder bundle` writes it then),
+    so --allow-failed-gates changes nothing the signature covers: it goes up signed, card as built."""
+    noted = CARD.replace("- kv-cache\n", f"- kv-cache\n- {constants.CARD_FAILED_GATES_TAG}\n")
+    bundle = make_bundle(tmp_path / "gb10", gates={"needle": None}, card=noted)
+    plan, out = run(bundle, hub, public_key=public_key(), yes=True, allow_failed_gates=True)
+    assert plan.signed and not plan.card_modified and plan.card_notes_failed_gates
+    sent = {s.path: s.data for s in hub.api.sent}
+    assert sent[constants.CARD_NAME] == (bundle / constants.CARD_NAME).read_bytes()
+    assert sent[constants.CHECKSUMS_NAME] == (bundle / constants.CHECKSUMS_NAME).read_bytes()
+    assert "it says its gates did not pass" in out
 
 
 def test_publish_leaves_no_trace_of_the_private_key(tmp_path, hub):
