@@ -51,13 +51,7 @@ def warn_failed_gates(card: ModelCard, *, report: GateReport, bundle_checksums_s
         f"> `{constants.CHECKSUMS_NAME}` was re-hashed (the built bundle's {constants.CHECKSUMS_NAME} had sha256\n"
         f"> `{bundle_checksums_sha256}`).\n\n"
     )
-    marked = ModelCard(str(card))
-    tags = list(marked.data.tags or [])
-    if constants.CARD_FAILED_GATES_TAG not in tags:
-        tags.append(constants.CARD_FAILED_GATES_TAG)
-    marked.data.tags = tags
-    marked.text = "\n" + notice + marked.text.lstrip("\n")
-    return marked
+    return _with_notice(card, notice=notice, tag=constants.CARD_FAILED_GATES_TAG)
 
 
 def warn_unsigned(card: ModelCard, *, reason: str) -> ModelCard:
@@ -68,10 +62,16 @@ def warn_unsigned(card: ModelCard, *, reason: str) -> ModelCard:
         f"{reason}.\n"
         f"> Nothing proves who made these files: `{constants.CHECKSUMS_NAME}` shows only that they are intact.\n\n"
     )
+    return _with_notice(card, notice=notice, tag=constants.CARD_UNSIGNED_TAG)
+
+
+def _with_notice(card: ModelCard, *, notice: str, tag: str) -> ModelCard:
+    """A copy of `card` with `notice` first in its body and `tag` in its metadata, so both the page
+    and Hub search show it."""
     marked = ModelCard(str(card))
     tags = list(marked.data.tags or [])
-    if constants.CARD_UNSIGNED_TAG not in tags:
-        tags.append(constants.CARD_UNSIGNED_TAG)
+    if tag not in tags:
+        tags.append(tag)
     marked.data.tags = tags
     marked.text = "\n" + notice + marked.text.lstrip("\n")
     return marked

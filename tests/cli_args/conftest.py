@@ -3,8 +3,6 @@ daemon, a server or the Hub a bad run would contact), and a cpu-smoke target wit
 
 from __future__ import annotations
 
-import socket
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -12,35 +10,14 @@ import pytest
 
 from builder.constants import TARGETS_DIR
 from tests.conftest import FAKE_DIGEST
+from tests.listeners import LocalListener
 
 
-class Listener:
-    """Accepts on 127.0.0.1 and closes each connection at once, counting them."""
+class Listener(LocalListener):
+    """Closes each connection at once: only that it was made matters."""
 
-    def __init__(self) -> None:
-        self.sock = socket.create_server(("127.0.0.1", 0))
-        self.port = self.sock.getsockname()[1]
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.connections = 0
-        threading.Thread(target=self._accept, daemon=True).start()
-
-    def _accept(self) -> None:
-        while True:
-            try:
-                conn, _ = self.sock.accept()
-            except OSError:
-                return
-            self.connections += 1
-            conn.close()
-
-    def seen(self) -> int:
-        """Connections so far; the kernel queues a connect before accept() returns, so poll a little."""
-        import time
-
-        deadline = time.monotonic() + 0.3
-        while not self.connections and time.monotonic() < deadline:
-            time.sleep(0.02)
-        return self.connections
+    def handle(self, conn) -> None:
+        conn.close()
 
 
 @pytest.fixture
@@ -50,7 +27,7 @@ def listener(monkeypatch) -> Iterator[Listener]:
     monkeypatch.setenv("DOCKER_HOST", f"tcp://127.0.0.1:{server.port}")
     monkeypatch.delenv("VLLM_API_KEY", raising=False)
     yield server
-    server.sock.close()
+    server.close()
 
 
 @pytest.fixture

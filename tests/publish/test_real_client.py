@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import io
 import json
-import socket
 import threading
 import time
 import traceback
@@ -20,6 +19,7 @@ from rich.console import Console
 from builder import constants
 from builder.errors import PublishAuthError, PublishError, PublishNetworkError, PublishPermissionError
 from builder.publish import PublishRequest, publish
+from tests.listeners import LocalListener
 from tests.publish.conftest import FAKE_TOKEN, public_key
 
 
@@ -142,27 +142,12 @@ def test_a_token_echoed_in_an_error_body_is_redacted_everywhere(bundle, scripted
     assert "<redacted>" in info.value.message
 
 
-class SilentHub:
+class SilentHub(LocalListener):
     """Accepts every connection and never answers: the Hub behind a stuck proxy."""
 
-    def __init__(self) -> None:
-        self.sock = socket.create_server(("127.0.0.1", 0))
-        self.connections: list[socket.socket] = []
-        self.endpoint = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
-        threading.Thread(target=self._accept, daemon=True).start()
-
-    def _accept(self) -> None:
-        while True:
-            try:
-                conn, _ = self.sock.accept()
-            except OSError:
-                return
-            self.connections.append(conn)
-
-    def close(self) -> None:
-        self.sock.close()
-        for conn in self.connections:
-            conn.close()
+    @property
+    def endpoint(self) -> str:
+        return self.url
 
 
 @pytest.fixture

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import threading
 import time
 
 import pytest
@@ -90,16 +91,8 @@ def test_default_budget_leaves_the_retry_policy_as_it_was(bundle, hub):
 class TricklingHub(SilentHub):
     """Answers every request one byte every 0.2 s, for ever: no read ever waits long enough to time out."""
 
-    def _accept(self) -> None:
-        import threading
-
-        while True:
-            try:
-                conn, _ = self.sock.accept()
-            except OSError:
-                return
-            self.connections.append(conn)
-            threading.Thread(target=self._trickle, args=(conn,), daemon=True).start()
+    def handle(self, conn) -> None:
+        threading.Thread(target=self._trickle, args=(conn,), daemon=True).start()
 
     @staticmethod
     def _trickle(conn) -> None:
