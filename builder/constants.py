@@ -112,8 +112,11 @@ BUNDLE_UNLISTED = (SIGNATURE_NAME, PUBLIC_KEY_NAME, HUB_ATTRIBUTES_NAME)
 #: is required, the other files are copied when present, anything else is left behind.
 ATTESTATIONS_DIR = "attestations"
 IMAGE_RECORD_NAME = "image.json"
-ATTESTATION_FILES = (IMAGE_RECORD_NAME, "sbom.cdx.json", "provenance.intoto.json",
-                     "sbom.cdx.json.dsse.json", "provenance.intoto.json.dsse.json")
+SBOM_NAME = "sbom.cdx.json"
+PROVENANCE_NAME = "provenance.intoto.json"
+#: Each attestation's DSSE envelope is its file name with this added.
+ENVELOPE_SUFFIX = ".dsse.json"
+ATTESTATION_FILES = (IMAGE_RECORD_NAME, SBOM_NAME, PROVENANCE_NAME, SBOM_NAME + ENVELOPE_SUFFIX, PROVENANCE_NAME + ENVELOPE_SUFFIX)
 #: Target used when a command is given none (`make bundle` too).
 DEFAULT_TARGET = "gb10"
 

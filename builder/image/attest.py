@@ -24,10 +24,13 @@ from builder.config import ReleaseConfig
 from builder.constants import (
     ATTESTATION_FILES,
     DOCKER_SLOW_API_TIMEOUT_S,
+    ENVELOPE_SUFFIX,
     IMAGE_RECORD_NAME,
     OCI_LABEL_PREFIX,
+    PROVENANCE_NAME,
     QFN_LABEL_PREFIX,
     REPO_ROOT,
+    SBOM_NAME,
 )
 from builder.errors import AttestationError, DockerError, SignatureError
 from builder.image import dsse
@@ -39,12 +42,6 @@ from builder.image.recipe import build_recipe
 from builder.image.sbom import build_sbom, packages_from_lock, parse_dpkg, parse_installed, python_components, sbom_image_digest
 from builder.keys import check_private_key_file, key_id, load_private_key, load_public_key
 
-IMAGE_JSON = IMAGE_RECORD_NAME
-SBOM_NAME = "sbom.cdx.json"
-PROVENANCE_NAME = "provenance.intoto.json"
-ENVELOPE_SUFFIX = ".dsse.json"
-# `builder bundle --attestations DIR` copies exactly ATTESTATION_FILES (builder.constants): these four
-# names and IMAGE_JSON are those (tests/image/test_provenance.py).
 #: Where `builder image --sign-key` and `builder attest` write, under the repo root.
 DEFAULT_ATTEST_DIR = Path("dist") / "images"
 
@@ -88,9 +85,9 @@ def attestation_refusal(folder: Path) -> str | None:
     if others:
         return f"it holds {', '.join(others[:5])}, which an attestation folder does not"
     try:
-        ImageRef.model_validate_json((folder / IMAGE_JSON).read_text())
+        ImageRef.model_validate_json((folder / IMAGE_RECORD_NAME).read_text())
     except (OSError, ValidationError):
-        return f"its {IMAGE_JSON} is missing or not one this builder wrote"
+        return f"its {IMAGE_RECORD_NAME} is missing or not one this builder wrote"
     return None
 
 
@@ -157,7 +154,7 @@ def attest_image(
 
     with replace_dir(out_dir, replaceable=attestation_refusal, what="attestation", error=AttestationError,
                      notify=lambda line: console.print(f"attest: {line}", markup=False, highlight=False, soft_wrap=True)) as stage:
-        (stage / IMAGE_JSON).write_text(ref.model_dump_json(indent=2) + "\n")
+        (stage / IMAGE_RECORD_NAME).write_text(ref.model_dump_json(indent=2) + "\n")
         for name, text, kind in ((SBOM_NAME, sbom, dsse.CYCLONEDX_PAYLOAD_TYPE), (PROVENANCE_NAME, provenance, dsse.INTOTO_PAYLOAD_TYPE)):
             (stage / name).write_text(text)
             envelope = dsse.sign(text.encode(), kind, key)

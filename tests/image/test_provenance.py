@@ -12,7 +12,7 @@ from in_toto_attestation.v1 import statement_pb2
 from in_toto_attestation.v1.statement import Statement
 
 from builder.constants import ATTESTATION_FILES
-from builder.image.attest import ENVELOPE_SUFFIX, IMAGE_JSON, PROVENANCE_NAME, SBOM_NAME, _without_credentials, attestation_refusal
+from builder.image.attest import ENVELOPE_SUFFIX, IMAGE_RECORD_NAME, PROVENANCE_NAME, SBOM_NAME, _without_credentials, attestation_refusal
 from builder.image.provenance import PREDICATE_TYPE, STATEMENT_TYPE, ProvenanceInputs, SourceCommit, provenance_statement
 
 IMAGE_ID = "sha256:" + "1d" * 32
@@ -87,5 +87,5 @@ def test_only_an_attestation_folder_may_be_replaced(tmp_path):
 
 
 def test_the_files_written_are_the_ones_a_bundle_copies():
-    written = {IMAGE_JSON, SBOM_NAME, PROVENANCE_NAME, SBOM_NAME + ENVELOPE_SUFFIX, PROVENANCE_NAME + ENVELOPE_SUFFIX}
+    written = {IMAGE_RECORD_NAME, SBOM_NAME, PROVENANCE_NAME, SBOM_NAME + ENVELOPE_SUFFIX, PROVENANCE_NAME + ENVELOPE_SUFFIX}
     assert written == set(ATTESTATION_FILES) and len(ATTESTATION_FILES) == 5
