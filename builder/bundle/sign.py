@@ -18,7 +18,6 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from builder.bundle.manifest import read_manifest
 from builder.constants import BUNDLE_MANIFEST_NAME, SIGNATURE_IGNORED, SIGNATURE_NAME
 from builder.errors import SignatureError, SigningKeyError, VerifyError
 from builder.keys import key_id, load_private_key, load_public_key
@@ -128,11 +127,3 @@ def raise_for_signature(root: Path, check: SignatureCheck) -> None:
         hint="get the bundle again from its source, and the public key from its publisher; a bundle edited after "
              "signing needs `builder sign` by the key's owner",
     )
-
-
-def bundle_key_id(root: Path) -> str | None:
-    """The key id bundle.json names (None when unnamed or unreadable)."""
-    try:
-        return read_manifest(root).signing_key_id
-    except VerifyError:
-        return None
