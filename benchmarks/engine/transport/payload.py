@@ -78,6 +78,8 @@ DEVICE_SHIMS = (
 
 
 class Component(BaseModel):
+    """A file of the stream: where it starts, its size (an empty file is one too) and its sha256."""
+
     model_config = ConfigDict(frozen=True)
 
     name: str
@@ -86,13 +88,10 @@ class Component(BaseModel):
     sha256: str
 
 
-class Piece(BaseModel):
-    model_config = ConfigDict(frozen=True)
+class Piece(Component):
+    """A piece file the stream is cut into: as a component, but never empty."""
 
-    name: str
-    offset: int = Field(ge=0)
     size: int = Field(gt=0)
-    sha256: str
 
 
 class Manifest(BaseModel):
