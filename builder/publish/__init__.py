@@ -14,6 +14,7 @@ from rich.markup import escape
 from builder import constants
 from builder.bundle.assemble import BUNDLE_EVIDENCE
 from builder.bundle.gates import assess_gates
+from builder.publish.card import load_card
 from builder.publish.gates import refuse_unless_passed
 from builder.publish.hub import Deadline, Hub, hub_timeouts, require_token, token_source, upload
 from builder.publish.models import PublishPlan, PublishRequest
@@ -43,10 +44,11 @@ def publish(
     release = verified(bundle_dir)
     report = assess_gates(evidence_dir=bundle_dir / BUNDLE_EVIDENCE)
     refuse_unless_passed(report, allow_failed=request.allow_failed_gates)
-    signing = assess_signing(request, report=report)
-    with upload_source(bundle_dir, report=report, signing=signing) as source_dir:
+    card = load_card(bundle_dir / constants.CARD_NAME)
+    signing = assess_signing(request, report=report, card=card)
+    with upload_source(bundle_dir, card=card, report=report, signing=signing) as source_dir:
         plan = make_plan(request=request, release=release, source_dir=source_dir, report=report, token_source=token_source(),
-                         signing=signing)
+                         signing=signing, card=card)
         show_plan(plan, console=console)
         if not request.yes:
             console.print("[bold]dry run:[/] nothing was uploaded; re-run with --yes to publish this plan")

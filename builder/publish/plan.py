@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from huggingface_hub import ModelCard
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
@@ -13,7 +14,7 @@ from builder.bundle import BundleManifest
 from builder.hashing import sha256_file
 from builder.errors import PublishError
 from builder.bundle.gates import GateReport
-from builder.publish.card import load_card, notes_failed_gates
+from builder.publish.card import notes_failed_gates
 from builder.publish.models import PublishPlan, PublishRequest, ref_name_problem
 from builder.publish.signature import Signing
 from builder.publish.stage import planned_files
@@ -21,12 +22,12 @@ from builder.publish.stage import planned_files
 
 def make_plan(
     *, request: PublishRequest, release: BundleManifest, source_dir: Path, report: GateReport, token_source: str | None,
-    signing: Signing,
+    signing: Signing, card: ModelCard,
 ) -> PublishPlan:
     checksums = sha256_file(source_dir / constants.CHECKSUMS_NAME)
     bundle_checksums = sha256_file(request.bundle_dir / constants.CHECKSUMS_NAME)
     card_modified = checksums != bundle_checksums  # the staged card got a warning, and its line was re-hashed
-    gates_noted = notes_failed_gates(load_card(request.bundle_dir / constants.CARD_NAME))
+    gates_noted = notes_failed_gates(card)
     tag = request.tag or release.bundle_version
     if problem := ref_name_problem(tag):  # the default tag comes from bundle.json; checked before any Hub call
         raise PublishError(f"bundle_version {tag!r} of {request.bundle_dir} is no tag name: {problem}",

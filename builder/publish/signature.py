@@ -5,12 +5,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from huggingface_hub import ModelCard
 from pydantic import BaseModel, ConfigDict, Field
 
 from builder import constants
 from builder.bundle.sign import check_signature
 from builder.errors import UnsignedBundle
-from builder.publish.card import load_card, notes_failed_gates
+from builder.publish.card import notes_failed_gates
 from builder.bundle.gates import GateReport
 from builder.publish.models import PublishRequest
 
@@ -28,7 +29,7 @@ class Signing(BaseModel):
     unsigned_reason: str | None = Field(default=None, description="Why it is published unsigned (the card's warning says it).")
 
 
-def assess_signing(request: PublishRequest, *, report: GateReport) -> Signing:
+def assess_signing(request: PublishRequest, *, report: GateReport, card: ModelCard) -> Signing:
     """Refuse (UnsignedBundle) a bundle without a signature that verifies against --public-key,
     unless --allow-unsigned; the bundle already matched its CHECKSUMS.sha256."""
     root = request.bundle_dir
@@ -40,7 +41,7 @@ def assess_signing(request: PublishRequest, *, report: GateReport) -> Signing:
         check = check_signature(root, public_key=key)
         kid = check.key_id
         reason = None if check.ok else check.detail
-    if reason is None and not report.ok and not notes_failed_gates(load_card(root / constants.CARD_NAME)):
+    if reason is None and not report.ok and not notes_failed_gates(card):
         # The failed-gates warning changes README.md, which the signature covers.
         reason = (f"--allow-failed-gates adds a warning to {constants.CARD_NAME}, which {constants.SIGNATURE_NAME} signs, "
                   "so the signature would not verify")

@@ -10,6 +10,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from huggingface_hub import ModelCard
+
 from builder import constants
 from builder.bundle import BundleManifest, verify_bundle
 from builder.checksums import list_files, manifest_text, read_manifest_file
@@ -48,14 +50,13 @@ def planned_files(root: Path) -> list[PlannedFile]:
 
 
 @contextmanager
-def upload_source(bundle_dir: Path, *, report: GateReport, signing: Signing) -> Iterator[Path]:
+def upload_source(bundle_dir: Path, *, card: ModelCard, report: GateReport, signing: Signing) -> Iterator[Path]:
     """Yield the directory to upload: a temp copy of the verified bundle (removed afterwards).
 
     Signed: the copy adds the public key as signing-key.pub, and its signature is checked again.
     Unsigned (--allow-unsigned): the copy drops any model.sig, which does not verify. When gates did
     not pass or it is unsigned, its card carries the warnings at the top, its CHECKSUMS.sha256 is
     rewritten over the same listed files, and it passes verification again."""
-    card = load_card(bundle_dir / constants.CARD_NAME)
     with tempfile.TemporaryDirectory(prefix="qfn-publish-") as tmp:
         staged = Path(tmp) / bundle_dir.name
         shutil.copytree(bundle_dir, staged, symlinks=True)
