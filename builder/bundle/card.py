@@ -37,11 +37,11 @@ from builder.constants import (
     SBOM_NAME,
     SIGNATURE_NAME,
 )
-from builder.bundle.gates import assess_gates, describe_blocking
+from builder.bundle.gates import describe_blocking, gate_report
 from builder.bundle.manifest import ImageRef
 from builder.errors import BuilderError, RenderError
 from builder.evidence import load_ledger
-from builder.measure.evidence import load_gate_evidence
+from builder.measure.evidence import GateEvidence, load_gate_evidence
 from builder.plan import plan_target
 from builder.plan.models import CapacityPlan
 from builder.bundle.card_capacity import CapacitySection, capacity_section
@@ -207,9 +207,9 @@ def front_matter(cfg: ReleaseConfig, *, gates_passed: bool = True) -> str:
     return yaml.safe_dump(meta, sort_keys=False, allow_unicode=True)
 
 
-def gate_rows(evidence_dir: Path, *, digest: str) -> list[GateRow]:
+def gate_rows(found: list[GateEvidence], *, digest: str) -> list[GateRow]:
     rows = []
-    for g in load_gate_evidence(evidence_dir) if evidence_dir.is_dir() else []:
+    for g in found:
         match = "unknown" if g.config_digest is None else ("this config" if g.config_digest == digest else "another config")
         rows.append(
             GateRow(
@@ -269,9 +269,10 @@ def card_context(
     evidence the bundle ships, when it ships it."""
     digest = config_digest(cfg)
     headers, bench = bench_rows(evidence_dir)
-    gates = gate_rows(evidence_dir, digest=digest)  # first: it names unreadable evidence as bundling does
+    found = load_gate_evidence(evidence_dir) if evidence_dir.is_dir() else []
+    gates = gate_rows(found, digest=digest)
     # Said in the card as built, so a signed bundle needs no change to be published with the notice.
-    release_gates = assess_gates(evidence_dir=evidence_dir)
+    release_gates = gate_report(found)
     return CardContext(
         front_matter=front_matter(cfg, gates_passed=release_gates.ok),
         gates_not_passed=None if release_gates.ok else describe_blocking(release_gates),

@@ -9,7 +9,7 @@ from pydantic import BaseModel, Field
 
 from builder import constants
 from builder.errors import MeasureError, UnverifiedBundle
-from builder.measure.evidence import load_gate_evidence
+from builder.measure.evidence import GateEvidence, load_gate_evidence
 
 
 class GateStatus(BaseModel):
@@ -45,6 +45,11 @@ def assess_gates(*, evidence_dir: Path) -> GateReport:
         found = load_gate_evidence(evidence_dir) if evidence_dir.is_dir() else []
     except MeasureError as exc:
         raise UnverifiedBundle(f"gate evidence is unreadable: {exc.message}", hint="rebuild the bundle from good evidence") from exc
+    return gate_report(found)
+
+
+def gate_report(found: list[GateEvidence]) -> GateReport:
+    """The report of gate evidence already read."""
     statuses: dict[str, GateStatus] = {}
     for ev in found:
         previous = statuses.get(ev.gate)
