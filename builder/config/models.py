@@ -12,6 +12,7 @@ from typing import Literal
 from pydantic import Field, model_validator
 
 from builder.config._base import StrictModel, rule_error
+from builder.config.addons import check_addon_locks
 from builder.config.guards import check_base_image, check_extra_env, check_repo_path, check_text
 from builder.config.engines import ENGINE_PROFILES, EngineId, EngineProfile
 
@@ -74,6 +75,13 @@ class Target(StrictModel):
     )
     base_image_arch: Literal["arm64", "amd64"] | None = Field(
         default=None, description="Architecture of the base image when known; checked against platform."
+    )
+    addon_locks: list[str] = Field(
+        default_factory=list,
+        description="Hash locks installed over the engine lock, each a path in the repo pinned as "
+        "path@sha256:<digest of the file> (docker/locks/<name>-<version>-linux-<arch>.txt): packages a layout "
+        "needs beyond the engine, such as Ray for a multi-node target, resolved against the engine lock so no "
+        "engine pin moves. Used when base_source = wheel-lock.",
     )
 
     @property
@@ -278,6 +286,7 @@ class ReleaseConfig(StrictModel):
         check_extra_env(self.server.extra_env)
         check_text(self)
         check_base_image(self.target.base_image)
+        check_addon_locks(self.target)
         if self.target.base_lock_path is not None:
             engine = self.engine.resolved
             check_repo_path(
