@@ -56,6 +56,12 @@ LAUNCH_ENV_DOC_NAME = "launch/ENV.md"
 #: ships beside the launch script, which puts its folder on PYTHONPATH.
 LAUNCH_MIDDLEWARE_NAME = "launch/qfn_stream_shutdown.py"
 LAUNCH_MIDDLEWARE_CLASS = "qfn_stream_shutdown.EndStreamsOnShutdown"
+#: Kubernetes manifests of the target (builder.launch.k8s): `kubectl apply -f launch/k8s/`.
+LAUNCH_K8S_DIR = "launch/k8s"
+#: The Kubernetes API (and LeaderWorkerSet release, for multi-node targets) the manifests are
+#: checked against: kubernetes-validate's schemas and the LWS CRD in tests/launch/fixtures/.
+K8S_VERSION = "1.33"
+LWS_RELEASE = "v0.10.0"
 CARD_NAME = "README.md"
 BUNDLE_MANIFEST_NAME = "bundle.json"
 #: evidence/kernels/ holds the patched kernels' GPU tests, accuracy and benchmarks: they belong
@@ -84,6 +90,16 @@ ENV_SOURCE_DATE_EPOCH = "SOURCE_DATE_EPOCH"
 #: Knobs the rendered launch script reads from its caller (besides the plan's required inputs).
 ENV_DRY_RUN = "DRY_RUN"
 ENV_LAUNCH_PYTHON = "PYTHON"
+#: A multi-node worker's input: the head host's address on the link (LeaderWorkerSet passes its leader's).
+ENV_HEAD_ADDRESS = "HEAD_ADDRESS"
+#: Optional on every node of a multi-node target: its own address, when the interface has several.
+ENV_NODE_IP = "NODE_IP"
+#: Role scripts of a multi-node target, beside the launch script; the image's entrypoint runs them
+#: for its first argument `head` or `worker`.
+LAUNCH_HEAD_SCRIPT_NAME = "launch/run_head.sh"
+LAUNCH_WORKER_SCRIPT_NAME = "launch/run_worker.sh"
+#: The cluster helper both role scripts run (Ray start, the join wait, the lost-node watch).
+LAUNCH_CLUSTER_NAME = "launch/qfn_cluster.py"
 #: Environment names server.extra_env may not set: what the launch script reads (its knobs, its
 #: input, and what bash itself reads while the script runs), every name launch_plan() sets from
 #: other config fields, and what `serve` passes into the container. tests/config checks that
@@ -94,6 +110,7 @@ LAUNCH_RESERVED_ENV = frozenset({
     "HF_HUB_OFFLINE", "VLLM_ALLOW_LONG_MAX_MODEL_LEN", "VLLM_PLE_CPU_OFFLOAD", "VLLM_PLE_MMAP_TABLE",
     "VLLM_PLE_OFFLOAD_READY_TIMEOUT", "VLLM_ENGINE_READY_TIMEOUT_S", "VLLM_USE_DEEP_GEMM", "CUTE_DSL_ARCH",
     "MAX_JOBS", "VLLM_PLE_MMAP_TABLE_DIR", "PYTHONPATH", "BASH_SOURCE",
+    ENV_HEAD_ADDRESS, ENV_NODE_IP, "VLLM_HOST_IP", "GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME", "RAY_ADDRESS",
 })
 #: The bundle's OpenSSF Model Signing signature (`model_signing`'s default name), at the bundle root.
 #: CHECKSUMS.sha256 cannot list it (it is written after).

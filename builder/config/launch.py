@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from builder.config.container import ContainerPlan, container_plan
 from builder.config.models import (
     PLE,
+    Cluster,
     KVCache,
     Model,
     Parallel,
@@ -24,7 +25,7 @@ from builder.config.models import (
 )
 from builder.config.overrides import LaunchOverrides
 from builder.config.ple import PLE_TABLE_DIR_ENV, engine_maps_ple, maps_ple_table
-from builder.constants import LAUNCH_MIDDLEWARE_CLASS
+from builder.constants import ENV_HEAD_ADDRESS, ENV_NODE_IP, LAUNCH_MIDDLEWARE_CLASS
 
 MODEL_DIR_ENV = "MODEL_DIR"
 """The input every launch needs from its caller: where the pinned snapshot lies."""
@@ -60,6 +61,34 @@ class RequiredInput(BaseModel):
     example: str = "/path/to/snapshot"
 
 
+class ClusterPort(BaseModel):
+    model_config = ConfigDict(frozen=True)
+    port: str = Field(description="A port or a range lo-hi (TCP).")
+    where: Literal["head", "every node"]
+    why: str
+
+
+class ClusterPlan(BaseModel):
+    """How the hosts of a multi-node target form one Ray cluster that the engine spans."""
+
+    model_config = ConfigDict(frozen=True)
+    nodes: int
+    gpus_per_node: int = Field(description="GPUs each host gives Ray; 0 on CPU hosts.")
+    interface: str
+    ray_port: int
+    join_timeout_s: int
+    lost_node_timeout_s: int
+    head_address_env: str = Field(description="What the worker script reads: the head host's address on the link.")
+    node_ip_env: str = Field(description="Optional on each host: its own address, else the interface's first IPv4.")
+    ray_start_args: list[str] = Field(description="`ray start` flags every host passes (head and worker add their own).")
+    env: list[EnvVar] = Field(description="Network variables both role scripts export, each with its reason.")
+    ports: list[ClusterPort]
+
+    @property
+    def total_gpus(self) -> int:
+        return self.nodes * self.gpus_per_node
+
+
 class LaunchPlan(BaseModel):
     """What `python -m <module>` is started with."""
 
@@ -72,6 +101,7 @@ class LaunchPlan(BaseModel):
         default_factory=list, description="Known gaps between the config and what the engine can do."
     )
     container: ContainerPlan
+    cluster: ClusterPlan | None = Field(default=None, description="Set when the target spans several hosts.")
 
     def argv(self, *, model_path: str) -> list[str]:
         out = ["python3", "-m", self.module, "--model", model_path]
@@ -108,6 +138,44 @@ def _server_entries(*, cors_origins: list[str], log_level: str | None, origin: O
 
 def _why(model: type[BaseModel], field: str) -> str:
     return model.model_fields[field].description or field
+
+
+def cluster_plan(cfg: ReleaseConfig) -> ClusterPlan | None:
+    """The Ray layout of a target with cluster.nodes > 1; None for one host."""
+    c, t = cfg.cluster, cfg.target
+    if c.nodes == 1:
+        return None
+    link = f"the {c.interface} link between the hosts"
+    env = [
+        EnvVar(name="GLOO_SOCKET_IFNAME", value=c.interface,
+               why=f"torch.distributed (gloo) binds to {link}, not the first interface it finds. " + _why(Cluster, "interface")),
+    ]
+    if t.gpu_count:
+        env.append(EnvVar(name="NCCL_SOCKET_IFNAME", value=c.interface,
+                          why=f"NCCL bootstraps over {link}; it still uses RDMA on that port where it finds it (RoCE on ConnectX-7)."))
+    ports = [
+        ClusterPort(port=str(c.ray_port), where="head", why="Ray GCS: workers join here. " + _why(Cluster, "ray_port")),
+        ClusterPort(port=str(c.node_manager_port), where="every node", why=_why(Cluster, "node_manager_port")),
+        ClusterPort(port=str(c.object_manager_port), where="every node", why=_why(Cluster, "object_manager_port")),
+        ClusterPort(port=f"{c.min_worker_port}-{c.max_worker_port}", where="every node",
+                    why="Ray worker processes (the engine's workers run in them)."),
+        ClusterPort(port="any", where="every node",
+                    why="torch.distributed's rendezvous and NCCL/gloo connections use ports the OS picks: allow all TCP "
+                    f"between the hosts on {c.interface} (a direct cable needs no firewall rule), and nothing else from outside."),
+        ClusterPort(port=str(cfg.server.port), where="head", why="The OpenAI-compatible server, for clients."),
+    ]
+    return ClusterPlan(
+        nodes=c.nodes, gpus_per_node=t.gpu_count, interface=c.interface, ray_port=c.ray_port,
+        join_timeout_s=c.join_timeout_s, lost_node_timeout_s=c.lost_node_timeout_s,
+        head_address_env=ENV_HEAD_ADDRESS, node_ip_env=ENV_NODE_IP,
+        ray_start_args=[
+            f"--node-manager-port={c.node_manager_port}", f"--object-manager-port={c.object_manager_port}",
+            f"--min-worker-port={c.min_worker_port}", f"--max-worker-port={c.max_worker_port}",
+            f"--num-gpus={t.gpu_count}", "--disable-usage-stats",
+        ],
+        env=env,
+        ports=ports,
+    )
 
 
 def launch_plan(
@@ -280,6 +348,7 @@ def launch_plan(
         flags += [Flag(flag=a, why="Set by builder serve -- FLAGS.", origin="serve") for a in overrides.extra_args]
 
     return LaunchPlan(
+        cluster=cluster_plan(cfg),
         module=engine.api_server_module,
         flags=flags,
         env=env,

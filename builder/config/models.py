@@ -169,6 +169,37 @@ class Parallel(StrictModel):
     )
 
 
+class Cluster(StrictModel):
+    """Several hosts serving one model: a Ray cluster whose head node also runs the API server."""
+
+    nodes: int = Field(
+        default=1, ge=1, le=16,
+        description="Hosts in the group; target.gpu_count GPUs each. Above 1 the launch renders a head and a "
+        "worker script (Ray head + the server, Ray worker) and the engine spans the hosts through Ray.",
+    )
+    interface: str = Field(
+        default="eth0", pattern=r"^[A-Za-z0-9_.:@-]{1,15}$",
+        description="Network interface of the link between the hosts (each host's address on it is what Ray, "
+        "torch.distributed and NCCL use). On DGX Spark the ConnectX-7 port, e.g. enp1s0f0np0 "
+        "(`ibdev2netdev` lists them); inside a container on a bridge network, eth0.",
+    )
+    ray_port: int = Field(default=6379, ge=1024, le=65535, description="Ray's GCS port on the head; workers join head:ray_port.")
+    node_manager_port: int = Field(default=6380, ge=1024, le=65535, description="Ray node manager port on every host (fixed, so a firewall can allow it).")
+    object_manager_port: int = Field(default=6381, ge=1024, le=65535, description="Ray object manager port on every host (fixed, so a firewall can allow it).")
+    min_worker_port: int = Field(default=10002, ge=1024, le=65535, description="First port of the range Ray's worker processes listen on.")
+    max_worker_port: int = Field(default=10100, ge=1024, le=65535, description="Last port of the range Ray's worker processes listen on.")
+    join_timeout_s: int = Field(
+        default=600, ge=10,
+        description="How long the head waits for every host and its GPUs to join before it stops with a message "
+        "naming what is missing.",
+    )
+    lost_node_timeout_s: int = Field(
+        default=30, ge=5,
+        description="Once serving, how long a host may be out of the cluster before the head stops the server and "
+        "exits non-zero (so a restart policy brings the group back instead of a server that waits forever).",
+    )
+
+
 class Speculative(StrictModel):
     """Speculative decoding (MTP)."""
 
@@ -275,6 +306,7 @@ class ReleaseConfig(StrictModel):
     model: Model
     kv_cache: KVCache
     parallel: Parallel = Field(default_factory=Parallel)
+    cluster: Cluster = Field(default_factory=Cluster)
     speculative: Speculative = Field(default_factory=Speculative)
     ple: PLE = Field(default_factory=PLE)
     server: Server
@@ -379,13 +411,39 @@ class ReleaseConfig(StrictModel):
             )
 
         world = par.tensor_parallel_size * par.pipeline_parallel_size
-        gpus = max(t.gpu_count, 1)
+        nodes = self.cluster.nodes
+        # A CPU host runs one engine worker.
+        gpus = max(t.gpu_count, 1) * nodes
         if world > gpus:
             raise rule_error(
                 "parallel.tensor_parallel_size",
-                f"TP x PP = {world} is larger than target.gpu_count = {t.gpu_count}",
+                f"TP x PP = {world} is larger than target.gpu_count = {t.gpu_count}"
+                + (f" x cluster.nodes = {nodes}" if nodes > 1 else ""),
                 "lower tensor/pipeline parallel size or raise target.gpu_count",
             )
+        if nodes > 1:
+            if world != gpus:
+                raise rule_error(
+                    "parallel.tensor_parallel_size",
+                    f"TP x PP = {world} leaves hosts idle: {nodes} hosts x {max(t.gpu_count, 1)} "
+                    f"{'GPU' if t.gpu_count else 'engine worker'}(s) = {gpus}",
+                    f"set tensor_parallel_size x pipeline_parallel_size = {gpus}, or lower cluster.nodes",
+                )
+            if par.distributed_executor_backend != "ray":
+                raise rule_error(
+                    "parallel.distributed_executor_backend",
+                    f"{par.distributed_executor_backend!r} cannot span hosts; cluster.nodes = {nodes} needs Ray",
+                    'set parallel.distributed_executor_backend = "ray"',
+                )
+            c = self.cluster
+            if c.min_worker_port > c.max_worker_port:
+                raise rule_error("cluster.max_worker_port", f"{c.max_worker_port} is below min_worker_port {c.min_worker_port}",
+                                 "raise max_worker_port")
+            fixed = [c.ray_port, c.node_manager_port, c.object_manager_port, srv.port]
+            if len(set(fixed)) < len(fixed) or any(c.min_worker_port <= p <= c.max_worker_port for p in fixed):
+                raise rule_error("cluster.ray_port", f"the Ray ports {fixed[:3]}, the worker range "
+                                 f"{c.min_worker_port}-{c.max_worker_port} and server.port {srv.port} overlap",
+                                 "give each its own port")
         if par.enable_expert_parallel and par.tensor_parallel_size < 2:
             raise rule_error(
                 "parallel.enable_expert_parallel",

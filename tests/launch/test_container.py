@@ -11,27 +11,39 @@ import yaml
 
 from builder.config import available_targets, launch_plan, load_target
 from builder.constants import REPO_ROOT
-from builder.launch.compose import compose_yaml, docker_run_line
+from builder.launch.compose import ROLES, compose_yaml, docker_run_line
 
 TARGETS = available_targets()
+#: (target, role): one host has no role; a multi-node target has a line and a compose file per role.
+LAYOUTS = [(name, role) for name in TARGETS
+           for role in ((None,) if load_target(name).cluster.nodes == 1 else ROLES)]
 
 
-def _compose(name: str) -> dict:
-    return yaml.safe_load(compose_yaml(launch_plan(load_target(name)), target=name))["services"]["vllm"]
+def _compose(name: str, role=None) -> dict:
+    text = compose_yaml(launch_plan(load_target(name)), target=name, role=role)
+    return yaml.safe_load(text)["services"]["vllm" if role is None else f"vllm-{role}"]
 
 
-@pytest.mark.parametrize("name", TARGETS)
-def test_readme_shows_each_targets_rendered_docker_run_line(name):
-    assert docker_run_line(launch_plan(load_target(name))) in (REPO_ROOT / "docs" / "images.md").read_text()
+@pytest.mark.parametrize(("name", "role"), LAYOUTS)
+def test_readme_shows_each_targets_rendered_docker_run_line(name, role):
+    assert docker_run_line(launch_plan(load_target(name)), role=role) in (REPO_ROOT / "docs" / "images.md").read_text()
 
 
-@pytest.mark.parametrize("name", TARGETS)
-def test_compose_matches_the_plan(name):
+@pytest.mark.parametrize(("name", "role"), LAYOUTS)
+def test_compose_matches_the_plan(name, role):
     cfg = load_target(name)
     box = launch_plan(cfg).container
-    svc = _compose(name)
+    svc = _compose(name, role)
     assert svc["image"] == f"qfn-int8kv:{name}-0.1.0"
     assert svc["restart"] == "unless-stopped"
+    if role is None:
+        assert "ports" in svc and "command" not in svc
+    else:  # Ray and NCCL bind the link's interface: the host's network, and the role as the command
+        assert svc["network_mode"] == "host" and "ports" not in svc and svc["command"] == [role]
+    if role == "worker":
+        assert "healthcheck" not in svc and "VLLM_API_KEY" not in svc["environment"]
+        assert svc["environment"]["HEAD_ADDRESS"].startswith("${HEAD_ADDRESS:?")
+        return
     assert svc["healthcheck"]["test"] == ["CMD", "healthcheck"]
     assert svc["stop_grace_period"] == f"{box.stop_timeout_s}s"
     assert all(v["type"] == "bind" for v in svc["volumes"])
@@ -54,14 +66,15 @@ def _compose_cli() -> list[str] | None:
 
 
 @pytest.mark.skipif(_compose_cli() is None, reason="scripts/host-setup.sh installs docker-compose (make test runs it)")
-@pytest.mark.parametrize("name", TARGETS)
-def test_docker_compose_config_accepts_it(name, tmp_path):
+@pytest.mark.parametrize(("name", "role"), LAYOUTS)
+def test_docker_compose_config_accepts_it(name, role, tmp_path):
     path = tmp_path / "compose.yaml"
-    path.write_text(compose_yaml(launch_plan(load_target(name)), target=name))
-    env = {"PATH": "/usr/bin:/bin", "MODEL_DIR": str(tmp_path), "PLE_DIR": str(tmp_path), "HOME": str(tmp_path)}
+    path.write_text(compose_yaml(launch_plan(load_target(name)), target=name, role=role))
+    env = {"PATH": "/usr/bin:/bin", "MODEL_DIR": str(tmp_path), "PLE_DIR": str(tmp_path), "HOME": str(tmp_path),
+           "HEAD_ADDRESS": "10.0.0.1"}
     proc = subprocess.run([*_compose_cli(), "-f", str(path), "config"], capture_output=True, text=True, env=env, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
-    resolved = yaml.safe_load(proc.stdout)["services"]["vllm"]
+    resolved = yaml.safe_load(proc.stdout)["services"]["vllm" if role is None else f"vllm-{role}"]
     assert resolved["image"] == f"qfn-int8kv:{name}-0.1.0"
     # Without MODEL_DIR compose refuses to start, naming the variable.
     env.pop("MODEL_DIR")
