@@ -430,15 +430,24 @@ app.add_typer(base_app, name="base")
 def base_lock(
     platform: str = typer.Option(..., "--platform", help="linux/amd64 or linux/arm64 (arm64 runs under QEMU on x86_64)."),
     ca_bundle: Path | None = typer.Option(None, "--ca-bundle", help="PEM bundle pip trusts (mounted read-only, never kept)."),
+    addon: str | None = typer.Option(
+        None, "--addon", help="NAME==VERSION (e.g. ray==2.60.0): resolve an add-on lock over the platform's engine lock "
+        "instead, every engine pin a constraint; writes docker/locks/<name>-<version>-linux-<arch>.txt."
+    ),
 ) -> None:
     """Resolve vllm==0.33.0 and every dependency with the platform's own pip; write docker/locks/<engine>-linux-<arch>.txt."""
     from builder.constants import ENGINE_UPSTREAM_VERSION
-    from builder.image.base import check_ca_bundle, resolve_lock
+    from builder.image.base import check_ca_bundle, lock_path, resolve_addon_lock, resolve_lock
 
     if platform not in ("linux/amd64", "linux/arm64"):
         raise typer.BadParameter("--platform is linux/amd64 or linux/arm64")
     check_ca_bundle(ca_bundle)
-    out = resolve_lock(arch=platform.split("/", 1)[1], ca_bundle=ca_bundle, console=err_console, engine=f"vllm=={ENGINE_UPSTREAM_VERSION}")
+    arch = platform.split("/", 1)[1]
+    if addon is not None:
+        engine_lock = lock_path(engine=f"vllm-{ENGINE_UPSTREAM_VERSION}", arch=arch)
+        out = resolve_addon_lock(arch=arch, ca_bundle=ca_bundle, console=err_console, addon=addon, engine_lock=engine_lock)
+    else:
+        out = resolve_lock(arch=arch, ca_bundle=ca_bundle, console=err_console, engine=f"vllm=={ENGINE_UPSTREAM_VERSION}")
     typer.echo(out)
 
 
@@ -447,10 +456,10 @@ def base_build(
     target: str = typer.Option(..., "--target", "-t", help="A target with base_source = wheel-lock."),
     ca_bundle: Path | None = typer.Option(None, "--ca-bundle", help="PEM bundle pip trusts (mounted read-only, never kept)."),
 ) -> None:
-    """Build (or reuse) the target's engine base from its pinned lock; `builder image` does this itself."""
+    """Build (or reuse) the target's engine base from its pinned lock, and its add-on locks over it; `builder image` does this itself."""
     from builder.constants import REPO_ROOT
     from builder.errors import ConfigError
-    from builder.image.base import check_ca_bundle, ensure_lock_base, load_pinned_lock
+    from builder.image.base import check_ca_bundle, ensure_lock_base, load_pinned_addons, load_pinned_lock
 
     check_ca_bundle(ca_bundle)
     cfg = config.load_target(target)
@@ -459,7 +468,8 @@ def base_build(
         raise ConfigError(f"target {t.name} uses base_source = {t.base_source}", hint="only wheel-lock bases are built here")
     pinned = config.require_pinned_base(cfg)
     lock = load_pinned_lock(path=REPO_ROOT / t.base_lock_path, digest=pinned.split("@", 1)[1])
-    built = ensure_lock_base(lock=lock, ca_bundle=ca_bundle, console=err_console)
+    addons = load_pinned_addons(pins=t.addon_locks, engine=lock)
+    built = ensure_lock_base(lock=lock, addons=addons, ca_bundle=ca_bundle, console=err_console)
     typer.echo(f"{built.tag} {built.id}")
 
 # --- patches: engine wheel, patch series, kernel AOT fit check ---------------------------
@@ -653,14 +663,19 @@ def plan_cmd(
     """KV capacity per KV dtype: bytes per token per GPU, block layout, KV pool and sessions at max_model_len."""
     from builder import plan as plan_step
 
+    cfg = config.load_target(target)
     result = plan_step.plan_target(
-        config.load_target(target), model_dir=model_dir, kv_dtypes=kv_dtype or None,
-        kv_memory_gib=kv_memory_gib, prefix_caching=prefix_caching,
+        cfg, model_dir=model_dir, kv_dtypes=kv_dtype or None, kv_memory_gib=kv_memory_gib, prefix_caching=prefix_caching,
     )
     if as_json:
         typer.echo(plan_step.plan_json(result), nl=False)
-    else:
-        out_console.print(plan_step.plan_renderable(result))
+        return
+    out_console.print(plan_step.plan_renderable(result))
+    # A pinned KV budget is this layout's, not the one host's: compare only plans of the same basis.
+    if kv_memory_gib is None and model_dir is None:
+        hosts = plan_step.plan_against_single_host(cfg, result, kv_dtypes=kv_dtype or None, prefix_caching=prefix_caching)
+        if hosts is not None:
+            out_console.print(plan_step.hosts_table(hosts))
 
 
 def main() -> None:

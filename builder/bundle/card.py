@@ -29,9 +29,12 @@ from builder.constants import (
     ENVELOPE_SUFFIX,
     ENV_DRY_RUN,
     IMAGE_RECORD_NAME,
+    LAUNCH_CLUSTER_NAME,
     LAUNCH_ENV_DOC_NAME,
+    LAUNCH_HEAD_SCRIPT_NAME,
     LAUNCH_MIDDLEWARE_NAME,
     LAUNCH_SCRIPT_NAME,
+    LAUNCH_WORKER_SCRIPT_NAME,
     PROVENANCE_NAME,
     PUBLIC_KEY_NAME,
     SBOM_NAME,
@@ -42,10 +45,10 @@ from builder.bundle.manifest import ImageRef
 from builder.errors import BuilderError, RenderError
 from builder.evidence import load_ledger
 from builder.measure.evidence import GateEvidence, load_gate_evidence
-from builder.plan import plan_target
+from builder.plan import HostsComparison, plan_against_single_host, plan_target
 from builder.plan.models import CapacityPlan
 from builder.bundle.card_capacity import CapacitySection, capacity_section
-from builder.launch.compose import COMPOSE_NAME, docker_run_line
+from builder.launch.compose import COMPOSE_NAME, ROLES, compose_name, docker_run_line
 from builder.launch.environment import make_environment, render_template
 
 NOT_MEASURED = "not measured"
@@ -71,6 +74,11 @@ FILE_ROLES: tuple[tuple[str, str], ...] = (
     (LAUNCH_SCRIPT_NAME, f"launch recipe; {ENV_DRY_RUN}=1 prints the resolved command without starting"),
     (LAUNCH_ENV_DOC_NAME, "every environment variable and KV-related flag with its rationale"),
     (COMPOSE_NAME, "docker compose service: GPUs, shared memory, mounts, healthcheck, restart policy"),
+    (compose_name("head"), "docker compose service of the head host: Ray head and the server"),
+    (compose_name("worker"), "docker compose service of a worker host: joins the head's Ray cluster"),
+    (LAUNCH_HEAD_SCRIPT_NAME, "head host: Ray head, the wait for every host, then the server; stops when a host is lost"),
+    (LAUNCH_WORKER_SCRIPT_NAME, "worker host: joins the head's Ray cluster (HEAD_ADDRESS)"),
+    (LAUNCH_CLUSTER_NAME, "what the role scripts run: Ray start, the join wait, the lost-host watch"),
     (LAUNCH_MIDDLEWARE_NAME, "vLLM --middleware the launch loads: a shutdown ends open streams cleanly"),
     ("patches/series", "order in which the patches apply"),
     ("patches/*.diff", "engine patch"),
@@ -136,9 +144,10 @@ class CardContext(BaseModel):
     bench: list[BenchRow]
     capacity: CapacitySection
     files: list[tuple[str, str]]
-    docker_run: str
+    #: (host role or "", docker run line): one line for one host, one per role for several.
+    docker_runs: list[tuple[str, str]]
     claims: list[tuple[str, str]] = []
-    compose_name: str = COMPOSE_NAME
+    compose_names: list[str] = [COMPOSE_NAME]
     #: Required gates without passing evidence ("needle (missing), ..."); None when all passed.
     gates_not_passed: str | None = None
     not_measured: str = NOT_MEASURED
@@ -284,9 +293,12 @@ def card_context(
         gates=gates,
         bench_headers=headers,
         bench=bench,
-        capacity=capacity_section(capacity, plan_error=capacity_error, evidence_dir=evidence_dir, kernels_dir=kernels_dir),
+        capacity=capacity_section(capacity, plan_error=capacity_error, evidence_dir=evidence_dir, kernels_dir=kernels_dir,
+                                  hosts=hosts_for_card(cfg, capacity)),
         files=file_rows(files, evidence_dir=evidence_dir, kernels_dir=kernels_dir),
-        docker_run=docker_run_line(plan),
+        docker_runs=[("", docker_run_line(plan))] if plan.cluster is None
+        else [(role, docker_run_line(plan, role=role)) for role in ROLES],
+        compose_names=[COMPOSE_NAME] if plan.cluster is None else [compose_name(role) for role in ROLES],
         claims=claim_rows(evidence_dir.parent, cfg.target.name),
         image=image,
         signing_key_id=signing_key_id,
@@ -299,6 +311,16 @@ def claim_rows(evidence_root: Path, target: str) -> list[tuple[str, str]]:
     if not (evidence_root / CLAIMS_FILE).is_file():
         return []
     return [(c.text(), f"{c.date}, {c.hardware}; {c.software}; `{c.command}`") for c in load_ledger(evidence_root).for_target(target)]
+
+
+def hosts_for_card(cfg: ReleaseConfig, capacity: CapacityPlan | None) -> HostsComparison | None:
+    """The comparison with cluster.single_host; None without one, or when either cannot be planned."""
+    if capacity is None:
+        return None
+    try:
+        return plan_against_single_host(cfg, capacity)
+    except BuilderError:
+        return None
 
 
 def plan_for_card(cfg: ReleaseConfig) -> tuple[CapacityPlan | None, str | None]:

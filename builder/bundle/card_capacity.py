@@ -17,6 +17,7 @@ from builder.constants import ENGINE_EVIDENCE, ENGINE_FIDELITY_FILE, ENGINE_POOL
 from builder.errors import RenderError
 from builder.measure.evidence import GateEvidence
 from builder.plan.budget import GIB
+from builder.plan.compare import HostsComparison
 from builder.plan.models import CapacityPlan
 
 #: The kernel grid per selection pattern, the engine's first (benchmarks.kernels.grid --selection):
@@ -79,6 +80,9 @@ class CapacitySection(BaseModel):
     budget_terms: list[str] = []
     budget_exact: bool = True
     notes: list[str] = []
+    #: Against cluster.single_host: what the extra hosts buy, per KV dtype.
+    hosts: HostsComparison | None = None
+    hosts_rows: list[dict] = []
     kernel_speed_sources: list[str] = []
     kernel_speed_triton: str = ""  # the Triton the grids ran under: int8's speed depends on it
     kernel_speed: list[KernelSpeedRow] = []
@@ -247,8 +251,14 @@ def engine_fidelity_note(path: Path) -> str | None:
             f"{agree} (evidence/{ENGINE_EVIDENCE}/{ENGINE_FIDELITY_FILE} in the qfn-int8kv repository).")
 
 
+def hosts_rows(cmp: HostsComparison) -> list[dict[str, str]]:
+    return [{"dtype": r.kv_cache_dtype, "configured": r.configured, "pool_one": f"{r.pool_tokens[0]:,}",
+             "pool_this": f"{r.pool_tokens[1]:,}", "ratio": f"{r.pool_ratio:.2f}x" if r.pool_ratio else "-",
+             "sessions_one": f"{r.sessions[0]:,}", "sessions_this": f"{r.sessions[1]:,}"} for r in cmp.rows]
+
+
 def capacity_section(plan: CapacityPlan | None, *, plan_error: str | None, evidence_dir: Path,
-                     kernels_dir: Path | None) -> CapacitySection:
+                     kernels_dir: Path | None, hosts: HostsComparison | None = None) -> CapacitySection:
     """The card's first section for one target."""
     speed_src, speed_triton, speed, below = kernel_speed(kernels_dir) if kernels_dir is not None else ([], "", [], [])
     acc_src, metric, acc = kernel_accuracy(kernels_dir) if kernels_dir is not None else (None, "", [])
@@ -299,5 +309,7 @@ def capacity_section(plan: CapacityPlan | None, *, plan_error: str | None, evide
         budget_terms=terms,
         budget_exact=plan.budget.exact,
         notes=[f"Model facts: `{plan.architecture_source}`.", *plan.notes, *engine],
+        hosts=hosts,
+        hosts_rows=hosts_rows(hosts) if hosts else [],
         **kernel,
     )

