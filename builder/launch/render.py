@@ -25,6 +25,7 @@ from builder.constants import (
 from builder.errors import RenderError
 from builder.launch.compose import compose_files
 from builder.launch.environment import make_environment, render_template
+from builder.launch.k8s import k8s_manifests
 
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
@@ -75,8 +76,8 @@ def render_launch(
     *, cfg: ReleaseConfig, plan: LaunchPlan, env: jinja2.Environment | None = None,
     launch_dir: Path = LAUNCH_TEMPLATES_DIR,
 ) -> dict[str, str]:
-    """{bundle-relative path: text} for the launch script, its ENV.md and the compose file(s); a multi-node
-    target adds its head and worker scripts and the cluster helper they run."""
+    """{bundle-relative path: text} for the launch script, its ENV.md, the compose file(s) and the Kubernetes
+    manifests; a multi-node target adds its head and worker scripts and the cluster helper they run."""
     env = env or make_environment()
     ctx = launch_context(cfg=cfg, plan=plan)
     files = {
@@ -84,6 +85,7 @@ def render_launch(
         LAUNCH_ENV_DOC_NAME: render_template(env, "ENV.md.j2", ctx),
         LAUNCH_MIDDLEWARE_NAME: (launch_dir / Path(LAUNCH_MIDDLEWARE_NAME).name).read_text(),
         **compose_files(plan, target=cfg.target.name),
+        **k8s_manifests(cfg, plan),
     }
     if plan.cluster is not None:
         files[LAUNCH_HEAD_SCRIPT_NAME] = render_template(env, "run_head.sh.j2", ctx)

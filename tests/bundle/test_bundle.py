@@ -28,6 +28,8 @@ EXPECTED = [
     "evidence/kernels/int8_gpu_tests-h200.log",
     "launch/ENV.md",
     "launch/compose.yaml",
+    "launch/k8s/deployment.yaml",
+    "launch/k8s/service.yaml",
     "launch/qfn_stream_shutdown.py",
     "launch/run_qsa_int8kv.sh",
     "patches/qsa-int8.diff",

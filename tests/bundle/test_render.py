@@ -13,7 +13,8 @@ from builder.errors import RenderError
 from builder.bundle.render import render_to
 
 RENDERED = [
-    "CHECKSUMS.sha256", "README.md", "launch/ENV.md", "launch/compose.yaml", "launch/qfn_stream_shutdown.py",
+    "CHECKSUMS.sha256", "README.md", "launch/ENV.md", "launch/compose.yaml", "launch/k8s/deployment.yaml",
+    "launch/k8s/service.yaml", "launch/qfn_stream_shutdown.py",
     "launch/run_qsa_int8kv.sh",
 ]
 
