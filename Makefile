@@ -107,11 +107,12 @@ publish: $(STAMP)
 # pip inside the image build trusts this CA bundle (TLS-intercepting proxies); it is not kept in the image.
 CA_BUNDLE ?= $(wildcard /etc/ssl/certs/ca-certificates.crt)
 
-# cpu-smoke's base is built here (debootstrap -> docker import -> local registry). Its digest is
+# The CPU targets' base is built here (debootstrap -> docker import -> local registry). Its digest is
 # machine-local, so a copy of the target pinned to it lives under .cache/ (the checkout stays clean);
 # other targets' bases are pulled and pinned by hand (`builder pin --target T`).
-PINNED_CPU_SMOKE := .cache/targets/cpu-smoke.toml
-TARGET_ARG = $(if $(filter cpu-smoke,$(TARGET)),$(PINNED_CPU_SMOKE),$(TARGET))
+CPU_TARGETS := cpu-smoke cpu-smoke-x2
+PINNED_CPU := .cache/targets/$(TARGET).toml
+TARGET_ARG = $(if $(filter $(CPU_TARGETS),$(TARGET)),$(PINNED_CPU),$(TARGET))
 
 base-image:
 	bash scripts/host-setup.sh
@@ -123,8 +124,8 @@ base-image:
 # the command is then not echoed, so the key's path stays out of the output (attest prints its key id).
 ARM64_TARGETS ?= gb10
 image: $(STAMP)
-	$(if $(filter cpu-smoke,$(TARGET)),$(MAKE) base-image && mkdir -p $(dir $(PINNED_CPU_SMOKE)) \
-	  && cp targets/cpu-smoke.toml $(PINNED_CPU_SMOKE) && $(BIN)/python -m builder pin --target $(PINNED_CPU_SMOKE))
+	$(if $(filter $(CPU_TARGETS),$(TARGET)),$(MAKE) base-image && mkdir -p $(dir $(PINNED_CPU)) \
+	  && cp targets/$(TARGET).toml $(PINNED_CPU) && $(BIN)/python -m builder pin --target $(PINNED_CPU))
 	$(if $(filter $(ARM64_TARGETS),$(TARGET)),bash scripts/host-setup.sh --emulation)
 	$(if $(SIGN_KEY),@)$(BIN)/python -m builder image --target $(TARGET_ARG) $(if $(CA_BUNDLE),--ca-bundle $(CA_BUNDLE)) $(if $(SIGN_KEY),--sign-key $(SIGN_KEY)) $(IMAGE_ARGS)
 
@@ -161,7 +162,7 @@ patches-check: $(STAMP)
 	$(BIN)/python -m builder patches check
 
 # Benchmark and quality gates against a live server of $(TARGET) (default URL: the target's port on
-# 127.0.0.1; cpu-smoke reads the pinned copy `make image` wrote, the config that was served).
+# 127.0.0.1; a CPU target reads the pinned copy `make image` wrote, the config that was served).
 # Evidence goes to evidence/$(TARGET)/. `make gates` fails when a required gate fails.
 .PHONY: bench gates
 bench: $(STAMP)

@@ -41,6 +41,13 @@ class ServeOptions(BaseModel):
         timeout_s: float, name: str | None, memory: str | None, overrides: LaunchOverrides | None,
     ) -> ServeOptions:
         """Raise the error of the first bad option (naming it and the fix); touches no file but stats."""
+        if cfg.cluster.nodes > 1:
+            raise ServeError(
+                f"target {cfg.target.name} spans {cfg.cluster.nodes} hosts; `builder serve` runs one container on this host",
+                hint="start the image on each host as its role (docker run ... IMAGE head / worker, or "
+                "launch/compose.head.yaml and compose.worker.yaml of its bundle; docs/images.md shows the lines), "
+                "then `builder wait --url http://HEAD:PORT`",
+            )
         timeout_s = check_timeout(timeout_s)
         try:
             ipaddress.ip_address(bind)

@@ -83,3 +83,12 @@ def test_a_good_memory_value_is_taken_as_docker_takes_it():
     from builder.serve.options import check_memory
 
     assert check_memory("100g") == 100 << 30 and check_memory("512MB") == 512 << 20 and check_memory("7340032") == 7 << 20
+
+
+@pytest.mark.parametrize("target", ["cpu-smoke-x2", "gb10-x2"])
+def test_a_multi_host_target_is_refused_pointing_at_its_role_lines(target, listener, run_cli):
+    code, out, err = run_cli("serve", "--target", target)
+    text = " ".join(err.split())
+    assert code == ServeError.exit_code, out + err
+    assert "spans 2 hosts" in text and "IMAGE head / worker" in text and "builder wait" in text
+    assert listener.seen() == 0
