@@ -154,7 +154,7 @@ def cluster_plan(cfg: ReleaseConfig) -> ClusterPlan | None:
         env.append(EnvVar(name="NCCL_SOCKET_IFNAME", value=c.interface,
                           why=f"NCCL bootstraps over {link}; it still uses RDMA on that port where it finds it (RoCE on ConnectX-7)."))
     ports = [
-        ClusterPort(port=str(c.ray_port), where="head", why="Ray GCS: workers join here. " + _why(Cluster, "ray_port")),
+        ClusterPort(port=str(c.ray_port), where="head", why=_why(Cluster, "ray_port")),
         ClusterPort(port=str(c.node_manager_port), where="every node", why=_why(Cluster, "node_manager_port")),
         ClusterPort(port=str(c.object_manager_port), where="every node", why=_why(Cluster, "object_manager_port")),
         ClusterPort(port=f"{c.min_worker_port}-{c.max_worker_port}", where="every node",
