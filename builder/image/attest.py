@@ -34,7 +34,7 @@ from builder.constants import (
 )
 from builder.errors import AttestationError, DockerError, SignatureError
 from builder.image import dsse
-from builder.image.base import emulation_needed, load_pinned_lock
+from builder.image.base import LABEL_ADDON_LOCK, addon_labels, emulation_needed, load_pinned_addons, load_pinned_lock
 from builder.image.build import build_args
 from builder.image.daemon import docker_client
 from builder.image.provenance import ProvenanceInputs, SourceCommit, provenance_statement
@@ -114,14 +114,22 @@ def attest_image(
         raise AttestationError(f"image {recipe.tag} is labelled for target {qfn('target') or '(none)'!r}, not {cfg.target.name!r}",
                                hint=f"rebuild it: `builder image --target {cfg.target.name}`")
 
-    lock = None
+    lock, addons = None, ()
     if recipe.base_source == "wheel-lock":
         if qfn("base.lock") != recipe.base_pin:
             raise AttestationError(
                 f"image {recipe.tag} was built from lock {qfn('base.lock') or '(none)'}, the target now pins {recipe.base_pin}",
                 hint=f"rebuild the image from the pinned lock: `builder image --target {cfg.target.name} --sign-key FILE`",
             )
+        built_addons = {k: v for k, v in labels.items() if k.startswith(LABEL_ADDON_LOCK + ".")}
+        if built_addons != addon_labels(recipe.addon_pins):
+            raise AttestationError(
+                f"image {recipe.tag} was built with the add-on locks {' '.join(sorted(built_addons.values())) or '(none)'}, "
+                f"the target now pins {' '.join(recipe.addon_pins) or '(none)'}",
+                hint=f"rebuild the image from the pinned locks: `builder image --target {cfg.target.name} --sign-key FILE`",
+            )
         lock = load_pinned_lock(path=repo_root / cfg.target.base_lock_path, digest=recipe.base_pin.split("@", 1)[1])
+        addons = load_pinned_addons(pins=recipe.addon_pins, engine=lock, repo_root=repo_root)
         recipe = recipe.with_base(image_id=oci("base.digest"), name=oci("base.name"))
     elif oci("base.digest") != recipe.base_pin.rpartition("@")[2]:
         raise AttestationError(
@@ -131,8 +139,10 @@ def attest_image(
 
     probe = _PROBE + ("" if lock else f"echo '{_SECTION}python'; {shlex.quote(recipe.engine.python)} -c {shlex.quote(_LIST_PY)}; ")
     sections = _run_probe(client, recipe.tag, probe)
-    if lock is not None:
+    if lock is not None:  # the engine lock's wheels, then each add-on's, every one with its locked hash
         python, python_source = packages_from_lock(lock), recipe.base_pin
+        for addon, pin in zip(addons, recipe.addon_pins):
+            python += packages_from_lock(addon, source=pin)
     else:  # no hash lock pins this engine's environment (pip resolves ENGINE_SPEC at build time): list what is installed
         python, python_source = parse_installed(sections.get("python", "")), "installed (no hash lock)"
     debs = parse_dpkg(sections.get("dpkg", ""))
@@ -145,7 +155,7 @@ def attest_image(
     statement = provenance_statement(ProvenanceInputs(
         image_tag=ref.tag, image_id=ref.id, target=cfg.target.name, platform=recipe.platform,
         build_args=build_args(recipe, emulated=emulated), emulated=emulated, base_source=recipe.base_source,
-        base_pin=recipe.base_pin, base_image=recipe.base_image or "", patch_series_sha256=_sha256_or_none(qfn("patch-series.sha256")),
+        base_pin=recipe.base_pin, base_image=recipe.base_image or "", addon_pins=recipe.addon_pins, patch_series_sha256=_sha256_or_none(qfn("patch-series.sha256")),
         builder_version=oci("version") or __version__,
         source=SourceCommit(uri=_without_credentials(oci("source")) or "unknown", commit=revision.removesuffix("-dirty"), dirty=revision.endswith("-dirty")),
         started_on=_rfc3339(oci("created")), finished_on=_rfc3339(image.attrs.get("Created", "")),
@@ -160,7 +170,7 @@ def attest_image(
             envelope = dsse.sign(text.encode(), kind, key)
             (stage / (name + ENVELOPE_SUFFIX)).write_text(envelope.model_dump_json(indent=2) + "\n")
     return Attested(out_dir=out_dir, image=ref, key_id=key_id(key.public_key()), python_packages=len(python),
-                    debian_packages=len(debs), python_source=python_source)
+                    debian_packages=len(debs), python_source=" + ".join([python_source, *recipe.addon_pins]))
 
 
 def check_sign_key(path: Path) -> Path:

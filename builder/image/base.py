@@ -8,18 +8,22 @@ the result is one `docker commit` layer (/opt/venv) on the OS base, labelled wit
 
 from __future__ import annotations
 
+import hashlib
 import os
+import re
+import shlex
 import shutil
 import subprocess
 import tempfile
 import threading
 import time
 from collections.abc import Callable
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 import docker
 from docker.errors import ImageNotFound
 from docker.types import Mount
+from packaging.utils import canonicalize_name
 from pydantic import BaseModel, ConfigDict
 from rich.console import Console
 
@@ -36,15 +40,28 @@ from builder.constants import (
     REPO_ROOT,
     WHEEL_CACHE_DIR,
 )
-from builder.errors import DockerError, LockError
+from builder.errors import BuilderError, DockerError, LockError
 from builder.hashing import sha256_file
 from builder.image.daemon import daemon_arch, docker_client
-from builder.image.lock import EngineLock, read_lock, render_lock
+from builder.image.lock import (
+    EngineLock,
+    addon_conflict_hint,
+    addon_wheels,
+    constraints_text,
+    parse_addon,
+    pip_conflict,
+    read_lock,
+    render_lock,
+)
 
 LABEL_LOCK_DIGEST = f"{QFN_LABEL_PREFIX}.base.lock.sha256"
 LABEL_LOCK_ENGINE = f"{QFN_LABEL_PREFIX}.base.lock.engine"
 LABEL_OS_BASE = f"{QFN_LABEL_PREFIX}.base.os"
 LABEL_BYTECODE = f"{QFN_LABEL_PREFIX}.base.bytecode"
+#: One label per add-on lock, keyed by its name (ray-2.60.0), valued path@sha256: on the base and the image.
+LABEL_ADDON_LOCK = f"{QFN_LABEL_PREFIX}.base.addon-lock"
+#: Digest of the engine lock and add-on locks together: what an add-on base is reused by.
+LABEL_ADDONS_DIGEST = f"{QFN_LABEL_PREFIX}.base.addons.sha256"
 INSTALL_MOUNT = "/tmp/qfn-install"
 _PATH = f"{LOCK_BASE_VENV}/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
@@ -60,6 +77,7 @@ class LockBase(BaseModel):
     built: bool  # False when an existing base with this lock digest was reused
     seconds: float
     emulated: bool
+    addon_pins: tuple[str, ...] = ()  # path@sha256 of each add-on lock installed over the engine lock
 
 
 def lock_path(*, engine: str, arch: str, locks_dir: Path = LOCKS_DIR) -> Path:
@@ -69,6 +87,36 @@ def lock_path(*, engine: str, arch: str, locks_dir: Path = LOCKS_DIR) -> Path:
 def base_tag(lock: EngineLock) -> str:
     arch = lock.platform.split("/", 1)[1]
     return f"{LOCK_BASE_REPO}:{lock.engine.replace('==', '-')}-{arch}-{lock.digest.split(':', 1)[1][:12]}"
+
+
+def addon_name(lock: EngineLock) -> str:
+    """An add-on lock's name without its platform: ray-2.60.0 for ray-2.60.0-linux-arm64.txt."""
+    return lock.path.name.removesuffix(".txt").removesuffix("-" + lock.platform.replace("/", "-"))
+
+
+def addon_pin(lock: EngineLock, repo_root: Path = REPO_ROOT) -> str:
+    try:
+        rel = lock.path.resolve().relative_to(repo_root.resolve()).as_posix()
+    except ValueError:
+        rel = lock.path.as_posix()
+    return f"{rel}@{lock.digest}"
+
+
+def addon_labels(pins: tuple[str, ...] | list[str]) -> dict[str, str]:
+    """The label of each add-on lock pin (path@sha256), keyed by the lock's name without its platform."""
+    out = {}
+    for pin in pins:
+        name = PurePosixPath(pin.split("@", 1)[0]).name.removesuffix(".txt")
+        out[f"{LABEL_ADDON_LOCK}.{re.sub(r'-linux-(arm64|amd64)$', '', name)}"] = pin
+    return out
+
+
+def addons_digest(lock: EngineLock, addons: tuple[EngineLock, ...]) -> str:
+    return "sha256:" + hashlib.sha256("\n".join([lock.digest, *(a.digest for a in addons)]).encode()).hexdigest()
+
+
+def addon_base_tag(lock: EngineLock, addons: tuple[EngineLock, ...]) -> str:
+    return f"{base_tag(lock)}-addons-{addons_digest(lock, addons).split(':', 1)[1][:12]}"
 
 
 def emulation_needed(client: docker.DockerClient, arch: str) -> bool:
@@ -113,9 +161,11 @@ def _run(
     what: str,
     progress: Callable[[docker.models.containers.Container, list[str]], str] | None = None,
     network: str = "bridge",
+    refusal: Callable[[list[str]], BuilderError | None] | None = None,
 ) -> tuple[docker.models.containers.Container, list[str]]:
     """Run ``sh -c script`` in ``image``, echo its output with elapsed seconds, and print a heartbeat
-    (``progress(container, lines so far)``) every 30 s of silence. Returns the stopped container (caller removes it)."""
+    (``progress(container, lines so far)``) every 30 s of silence. Returns the stopped container (caller removes it).
+    A failure raises what ``refusal(lines)`` makes of the output, or a DockerError when it makes nothing."""
     # HostConfig mounts, not `volumes=`: the SDK also declares those as VOLUMEs in the container's
     # config, which `docker commit` would carry into the base (and FROM would then mount over files).
     binds = [Mount(target=m["bind"], source=host, type="bind", read_only=m["mode"] == "ro") for host, m in mounts.items()]
@@ -147,6 +197,9 @@ def _run(
     done.set()
     if code != 0:
         container.remove(force=True)
+        refused = refusal(lines) if refusal else None
+        if refused is not None:
+            raise refused
         raise DockerError(f"{what} failed in {image} (exit {code}): " + "\n".join(lines[-15:]), hint="the output is shown above")
     return container, lines
 
@@ -184,6 +237,97 @@ def resolve_lock(
 
     The wheels pip downloads are kept in the wheel cache, so the base build that follows downloads nothing.
     """
+
+    def render(wheels: list[Path], python: str, pip_version: str) -> tuple[Path, str, list[Path]]:
+        text = render_lock(
+            engine=engine, platform=f"linux/{arch}", python=python, os_base=f"debian bookworm minbase ({OS_BASE_REF.format(arch=arch)})",
+            resolved_by=f"pip {pip_version} download --only-binary=:all: -r {requirements.name}", wheels=wheels,
+        )  # fmt: skip
+        return lock_path(engine=engine.replace("==", "-"), arch=arch, locks_dir=locks_dir), text, wheels
+
+    return _resolve(
+        arch=arch, ca_bundle=ca_bundle, console=console, what=requirements.name, inputs={"requirements.in": requirements},
+        pip_args="-r /in/requirements.in", render=render, wheel_cache=wheel_cache, repo_root=repo_root,
+    )  # fmt: skip
+
+
+def resolve_addon_lock(
+    *,
+    arch: str,
+    ca_bundle: Path | None,
+    console: Console,
+    addon: str,
+    engine_lock: Path,
+    locks_dir: Path = LOCKS_DIR,
+    wheel_cache: Path = WHEEL_CACHE_DIR,
+    repo_root: Path = REPO_ROOT,
+) -> Path:
+    """Resolve the add-on ``addon`` (name==version) over ``engine_lock`` and write its add-on lock.
+
+    The platform's own pip resolves as for the engine lock, with every engine pin as a constraint
+    (-c), so the resolution can only add packages; the lock holds just the wheels the engine lock
+    lacks, and names the engine lock by digest. A conflict with an engine pin is refused (LockError).
+    """
+    requirement, stem = parse_addon(addon)
+    engine = read_lock(engine_lock)
+    if engine.addon is not None:
+        raise LockError(f"{engine_lock} is an add-on lock; an add-on is resolved over an engine lock",
+                        hint=f"pass the engine lock of linux/{arch} (docker/locks/<engine>-linux-{arch}.txt)")
+    if engine.platform != f"linux/{arch}":
+        raise LockError(f"engine lock {engine_lock} is for {engine.platform}, not linux/{arch}",
+                        hint=f"pass the engine lock of linux/{arch}")
+    try:
+        engine_ref = f"{engine_lock.resolve().relative_to(repo_root.resolve())}@{engine.digest}"
+    except ValueError:  # a lock outside the checkout (tests): its name still says which one
+        engine_ref = f"{engine_lock.name}@{engine.digest}"
+
+    def render(wheels: list[Path], python: str, pip_version: str) -> tuple[Path, str, list[Path]]:
+        if python != engine.python:
+            raise LockError(f"the add-on resolved under Python {python}, the engine lock {engine_lock.name} under {engine.python}",
+                            hint="rebuild the OS base (scripts/build-base-image.sh --gpu) or re-lock the engine; both must use one interpreter")
+        added = addon_wheels(engine, wheels, addon=requirement)
+        console.print(f"lock: {len(wheels) - len(added)} of the {len(wheels)} wheels are engine pins (kept as the engine lock has them); "
+                      f"{len(added)} added: {', '.join(w.name.split('-', 2)[0] + ' ' + w.name.split('-', 2)[1] for w in added)}",
+                      highlight=False, markup=False, soft_wrap=True)  # fmt: skip
+        text = render_lock(
+            engine=engine.engine, platform=engine.platform, python=python, os_base=f"debian bookworm minbase ({OS_BASE_REF.format(arch=arch)})",
+            resolved_by=f"pip {pip_version} download --only-binary=:all: -c <the pins of {engine_lock.name}> {requirement}",
+            wheels=added, addon=requirement, engine_lock=engine_ref,
+        )  # fmt: skip
+        return lock_path(engine=stem, arch=arch, locks_dir=locks_dir), text, wheels
+
+    def refusal(lines: list[str]) -> BuilderError | None:
+        causes = pip_conflict(lines)
+        if causes is None:
+            return None
+        return LockError(f"{requirement} cannot be resolved without moving a pin of the engine lock {engine_lock.name}: "
+                         + "; ".join(causes), hint=addon_conflict_hint(requirement, engine))
+
+    with tempfile.TemporaryDirectory(prefix="qfn-addon-") as tmp:
+        constraints = Path(tmp) / "engine-pins.txt"
+        constraints.write_text(constraints_text(engine))
+        return _resolve(
+            arch=arch, ca_bundle=ca_bundle, console=console, what=f"{requirement} over {engine_lock.name}",
+            inputs={"engine-pins.txt": constraints}, pip_args=f"-c /in/engine-pins.txt {shlex.quote(requirement)}",
+            render=render, wheel_cache=wheel_cache, repo_root=repo_root, refusal=refusal,
+        )  # fmt: skip
+
+
+def _resolve(
+    *,
+    arch: str,
+    ca_bundle: Path | None,
+    console: Console,
+    what: str,
+    inputs: dict[str, Path],
+    pip_args: str,
+    render: Callable[[list[Path], str, str], tuple[Path, str, list[Path]]],
+    wheel_cache: Path,
+    repo_root: Path,
+    refusal: Callable[[list[str]], BuilderError | None] | None = None,
+) -> Path:
+    """`pip download` in the platform's OS base, with ``inputs`` mounted under /in; ``render`` turns the
+    downloaded wheels into (lock path, lock text, wheels to keep), and the lock is written atomically."""
     client = docker_client(timeout=DOCKER_SLOW_API_TIMEOUT_S)
     emulated = emulation_needed(client, arch)
     os_base = ensure_os_base(arch=arch, console=console, repo_root=repo_root)
@@ -193,7 +337,7 @@ def resolve_lock(
     ca_mounts, ca_env = _ca_mount(ca_bundle)
     try:
         console.print(
-            f"lock: resolving {requirements.name} for linux/{arch} with the OS base's own pip"
+            f"lock: resolving {what} for linux/{arch} with the OS base's own pip"
             + (" under QEMU user emulation (slow)" if emulated else ""),
             highlight=False,
             soft_wrap=True,
@@ -202,36 +346,34 @@ def resolve_lock(
         script = (
             "set -eu; python3 -c 'import platform; print(\"QFN-PYTHON\", platform.python_version())'; "
             "python3 -m venv /tmp/resolver; /tmp/resolver/bin/pip --version; "
-            "/tmp/resolver/bin/pip download --only-binary=:all: --progress-bar off -d /wheels -r /in/requirements.in"
+            f"/tmp/resolver/bin/pip download --only-binary=:all: --progress-bar off -d /wheels {pip_args}"
         )
         mounts = {
-            str(requirements.resolve()): {"bind": "/in/requirements.in", "mode": "ro"},
+            **{str(path.resolve()): {"bind": f"/in/{name}", "mode": "ro"} for name, path in inputs.items()},
             str(fresh): {"bind": "/wheels", "mode": "rw"},
             **ca_mounts,
         }
         container, lines = _run(
             client=client, image=os_base, script=script, mounts=mounts, env=_PIP_ENV | ca_env, console=console,
             what="pip download", progress=lambda _, seen: f"{sum(ln.startswith('Collecting') for ln in seen)} requirements collected so far",
+            refusal=refusal,
         )  # fmt: skip
         container.remove(force=True)
         python = next((ln.split()[1] for ln in lines if ln.startswith("QFN-PYTHON ")), "unknown")
         pip_version = next((ln.split()[1] for ln in lines if ln.startswith("pip ")), "unknown")
         wheels = sorted(fresh.glob("*.whl"))
         if not wheels:
-            raise LockError(f"pip resolved nothing for {requirements}", hint="see the pip output above")
-        text = render_lock(
-            engine=engine, platform=f"linux/{arch}", python=python, os_base=f"debian bookworm minbase ({OS_BASE_REF.format(arch=arch)})",
-            resolved_by=f"pip {pip_version} download --only-binary=:all: -r {requirements.name}", wheels=wheels,
-        )  # fmt: skip
-        out = lock_path(engine=engine.replace("==", "-"), arch=arch, locks_dir=locks_dir)
+            raise LockError(f"pip resolved nothing for {what}", hint="see the pip output above")
+        out, text, keep = render(wheels, python, pip_version)
         out.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=out.parent, prefix=f".{out.name}.")
         with os.fdopen(fd, "w") as fh:
             fh.write(text)
         os.replace(tmp, out)
-        for wheel in wheels:  # into the shared cache, where the base build looks first
+        for wheel in keep:  # into the shared cache, where the base build looks first
             os.replace(wheel, cache / wheel.name)
-        console.print(f"lock: {len(wheels)} wheels for linux/{arch} in {time.monotonic() - start:.0f} s -> {out}", highlight=False, markup=False, soft_wrap=True)
+        console.print(f"lock: {len(text.splitlines()) - sum(ln.startswith('#') for ln in text.splitlines())} wheels for "
+                      f"linux/{arch} in {time.monotonic() - start:.0f} s -> {out}", highlight=False, markup=False, soft_wrap=True)  # fmt: skip
         return out
     finally:
         shutil.rmtree(fresh, ignore_errors=True)
@@ -272,11 +414,15 @@ def ensure_wheels(*, lock: EngineLock, os_base: str, client: docker.DockerClient
 
 def find_lock_base(client: docker.DockerClient, lock: EngineLock) -> str | None:
     """The image id of an existing base built from exactly this lock, else None."""
+    return _find_base(client, base_tag(lock), LABEL_LOCK_DIGEST, lock.digest)
+
+
+def _find_base(client: docker.DockerClient, tag: str, label: str, digest: str) -> str | None:
     try:
-        image = client.images.get(base_tag(lock))
+        image = client.images.get(tag)
     except ImageNotFound:
         return None
-    return image.id if (image.labels or {}).get(LABEL_LOCK_DIGEST) == lock.digest else None
+    return image.id if (image.labels or {}).get(label) == digest else None
 
 
 def ensure_lock_base(
@@ -284,10 +430,76 @@ def ensure_lock_base(
     lock: EngineLock,
     ca_bundle: Path | None,
     console: Console,
+    addons: tuple[EngineLock, ...] = (),
     wheel_cache: Path = WHEEL_CACHE_DIR,
     repo_root: Path = REPO_ROOT,
 ) -> LockBase:
-    """The base built from ``lock`` (reused when present): OS base + /opt/venv with every locked wheel."""
+    """The base built from ``lock`` (reused when present): OS base + /opt/venv with every locked wheel.
+
+    With ``addons`` (load_pinned_addons), one more layer over that engine base installs each add-on
+    lock into the same venv; the engine base stays as it is, shared with targets without add-ons.
+    """
+    if not addons:
+        return _ensure_engine_base(lock=lock, ca_bundle=ca_bundle, console=console, wheel_cache=wheel_cache, repo_root=repo_root)
+    client = docker_client(timeout=DOCKER_SLOW_API_TIMEOUT_S)
+    arch = lock.platform.split("/", 1)[1]
+    emulated = emulation_needed(client, arch)
+    tag = addon_base_tag(lock, addons)
+    pins = tuple(addon_pin(a, repo_root) for a in addons)
+    existing = _find_base(client, tag, LABEL_ADDONS_DIGEST, addons_digest(lock, addons))
+    if existing is not None:
+        console.print(f"base: {tag} ({existing[7:19]}) was built from these locks; reusing it", highlight=False, markup=False, soft_wrap=True)
+        return LockBase(tag=tag, id=existing, lock_digest=lock.digest, built=False, seconds=0.0, emulated=emulated, addon_pins=pins)
+    engine = _ensure_engine_base(lock=lock, ca_bundle=ca_bundle, console=console, wheel_cache=wheel_cache, repo_root=repo_root)
+    start = time.monotonic()
+    os_base = ensure_os_base(arch=arch, console=console, repo_root=repo_root)
+    cache = wheel_cache / arch
+    for addon in addons:
+        ensure_wheels(lock=addon, os_base=os_base, client=client, ca_bundle=ca_bundle, console=console, cache=cache)
+    names = ", ".join(addon_name(a) for a in addons)
+    console.print(f"base: installing the add-on locks {names} into {LOCK_BASE_VENV} over {engine.tag}", highlight=False, markup=False, soft_wrap=True)
+    mounts = {
+        **{str(a.path.resolve()): {"bind": f"{INSTALL_MOUNT}/addon-{i}.txt", "mode": "ro"} for i, a in enumerate(addons)},
+        str(cache): {"bind": f"{INSTALL_MOUNT}/wheels", "mode": "ro"},
+        str((repo_root / "docker" / "install-lock").resolve()): {"bind": f"{INSTALL_MOUNT}/install-lock", "mode": "ro"},
+    }
+    compile_mode = "no-compile" if emulated else "compile"
+    script = "set -eu; " + "; ".join(
+        f"sh {INSTALL_MOUNT}/install-lock --over {INSTALL_MOUNT}/addon-{i}.txt {INSTALL_MOUNT}/wheels {LOCK_BASE_VENV} {compile_mode}"
+        for i in range(len(addons))
+    )
+    container, _ = _run(
+        client=client, image=engine.id, mounts=mounts, script=script, env={"PIP_DISABLE_PIP_VERSION_CHECK": "1"},
+        console=console, what="install-lock (add-ons)", network="none",  # from the hash-checked wheel cache only
+    )  # fmt: skip
+    try:
+        console.print(f"base: committing {tag}", highlight=False, markup=False, soft_wrap=True)
+        parent = client.images.get(engine.id).attrs.get("Config") or {}
+        repo, _, tagname = tag.rpartition(":")
+        image = container.commit(
+            repository=repo,
+            tag=tagname,
+            conf={
+                "Env": parent.get("Env") or [], "Cmd": parent.get("Cmd") or ["/bin/bash"],
+                "Labels": (parent.get("Labels") or {}) | addon_labels(pins) | {LABEL_ADDONS_DIGEST: addons_digest(lock, addons)},
+            },
+        )  # fmt: skip
+    finally:
+        container.remove(force=True)
+    seconds = time.monotonic() - start
+    console.print(f"base: built {tag} ({image.id[7:19]}) in {seconds:.0f} s", highlight=False, markup=False, soft_wrap=True)
+    return LockBase(tag=tag, id=image.id, lock_digest=lock.digest, built=True, seconds=engine.seconds + seconds, emulated=emulated, addon_pins=pins)
+
+
+def _ensure_engine_base(
+    *,
+    lock: EngineLock,
+    ca_bundle: Path | None,
+    console: Console,
+    wheel_cache: Path,
+    repo_root: Path,
+) -> LockBase:
+    """The engine base alone, as every wheel-lock target without add-ons has always had it."""
     client = docker_client(timeout=DOCKER_SLOW_API_TIMEOUT_S)
     arch = lock.platform.split("/", 1)[1]
     emulated = emulation_needed(client, arch)
@@ -351,12 +563,40 @@ def ensure_lock_base(
     return LockBase(tag=tag, id=image.id, lock_digest=lock.digest, built=True, seconds=seconds, emulated=emulated)
 
 
-def load_pinned_lock(*, path: Path, digest: str) -> EngineLock:
+def load_pinned_lock(*, path: Path, digest: str, what: str = "engine lock") -> EngineLock:
     """Read the lock a target pins, refusing one whose bytes changed since it was pinned."""
     lock = read_lock(path)
     if lock.digest != digest:
         raise LockError(
-            f"engine lock {path} has digest {lock.digest}, but the target pins {digest}",
+            f"{what} {path} has digest {lock.digest}, but the target pins {digest}",
             hint="the lock changed since it was pinned: review the change, then `builder pin --target T` to pin the new digest",
         )
     return lock
+
+
+def load_pinned_addons(*, pins: tuple[str, ...] | list[str], engine: EngineLock, repo_root: Path = REPO_ROOT) -> tuple[EngineLock, ...]:
+    """Read each add-on lock a target pins (path@sha256), refusing one whose bytes changed since it was
+    pinned, one resolved over another engine lock, and one that would reinstall a package pinned before it."""
+    addons: list[EngineLock] = []
+    owner = {canonicalize_name(e.name): engine.path.name for e in engine.entries}
+    for pin in pins:
+        rel, _, digest = pin.partition("@")
+        addon = load_pinned_lock(path=repo_root / rel, digest=digest, what="add-on lock")
+        if addon.engine_lock is None:
+            raise LockError(f"{rel} is an engine lock, not an add-on lock over one",
+                            hint=f"resolve the add-on: `builder base lock --platform {engine.platform} --addon NAME==VERSION`")
+        if addon.engine_lock.rpartition("@")[2] != engine.digest or addon.platform != engine.platform:
+            raise LockError(
+                f"add-on lock {rel} was resolved over the engine lock {addon.engine_lock} ({addon.platform}), and the target's "
+                f"engine lock is {engine.path.name}@{engine.digest} ({engine.platform}): its wheels were chosen for other pins",
+                hint=f"resolve it again over the target's engine lock: `builder base lock --platform {engine.platform} --addon {addon.addon}`, "
+                "then `builder pin --target T`",
+            )
+        for e in addon.entries:
+            name = canonicalize_name(e.name)
+            if name in owner:
+                raise LockError(f"add-on lock {rel} pins {e.name}, which {owner[name]} already pins: installing it would replace that pin",
+                                hint="resolve the add-on again (`builder base lock --addon`), which leaves out every package already pinned")
+            owner[name] = rel
+        addons.append(addon)
+    return tuple(addons)

@@ -20,7 +20,7 @@ from rich.console import Console
 from builder.config import ReleaseConfig
 from builder.constants import DOCKER_SLOW_API_TIMEOUT_S, EMULATION_PRELOAD, EVIDENCE_DIR, REPO_ROOT
 from builder.errors import DockerError, SelfCheckError
-from builder.image.base import check_ca_bundle, emulation_needed, ensure_lock_base, load_pinned_lock
+from builder.image.base import check_ca_bundle, emulation_needed, ensure_lock_base, load_pinned_addons, load_pinned_lock
 from builder.image.context import assemble_context
 from builder.image.daemon import daemon_arch, docker_client
 from builder.image.extract import extract_file
@@ -79,9 +79,10 @@ def build_image(
     check_ca_bundle(ca_bundle)  # an argument: checked before the daemon is contacted
     log = BuildLog(console or Console(stderr=True))
     recipe = build_recipe(cfg)  # refuses an unpinned base first: nothing else matters then
-    lock = None
-    if recipe.base_source == "wheel-lock":  # the lock file must still be the bytes that were pinned
+    lock, addons = None, ()
+    if recipe.base_source == "wheel-lock":  # the lock files must still be the bytes that were pinned
         lock = load_pinned_lock(path=repo_root / cfg.target.base_lock_path, digest=recipe.base_pin.split("@", 1)[1])
+        addons = load_pinned_addons(pins=recipe.addon_pins, engine=lock, repo_root=repo_root)
     client = docker_client(timeout=DOCKER_SLOW_API_TIMEOUT_S)
     arch = recipe.platform.split("/", 1)[1]
     emulated = emulation_needed(client, arch)
@@ -104,7 +105,7 @@ def build_image(
         ctx = assemble_context(cfg=cfg, recipe=probe, out=Path(tmp) / "ctx", ca_bundle=ca_bundle, repo_root=repo_root)
         base_seconds = 0.0
         if lock is not None:
-            base = ensure_lock_base(lock=lock, ca_bundle=ca_bundle, console=log, repo_root=repo_root)  # type: ignore[arg-type]
+            base = ensure_lock_base(lock=lock, addons=addons, ca_bundle=ca_bundle, console=log, repo_root=repo_root)  # type: ignore[arg-type]
             recipe = recipe.with_base(image_id=base.id, name=base.tag)
             base_seconds = base.seconds
         else:

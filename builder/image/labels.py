@@ -11,6 +11,7 @@ from builder import __version__
 from builder.checksums import tree_digest
 from builder.config import ReleaseConfig
 from builder.constants import ENV_SOURCE_URL, OCI_LABEL_PREFIX, QFN_LABEL_PREFIX, REPO_ROOT
+from builder.image.base import addon_labels
 from builder.image.recipe import BuildRecipe
 
 
@@ -44,7 +45,8 @@ def image_labels(
     }
     if recipe.base_source == "wheel-lock":
         ours["base.lock"] = recipe.base_pin  # path@sha256 of the lock the base was installed from
-    return {f"{OCI_LABEL_PREFIX}.{k}": v for k, v in oci.items()} | {f"{QFN_LABEL_PREFIX}.{k}": v for k, v in ours.items()}
+    labels = {f"{OCI_LABEL_PREFIX}.{k}": v for k, v in oci.items()} | {f"{QFN_LABEL_PREFIX}.{k}": v for k, v in ours.items()}
+    return labels | addon_labels(recipe.addon_pins)  # one per add-on lock installed over the engine lock
 
 
 def _revision(repo_root: Path) -> str:

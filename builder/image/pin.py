@@ -1,10 +1,11 @@
-"""`builder pin`: resolve a target's base image tag to its registry digest and write it back."""
+"""`builder pin`: resolve a target's base image tag to its registry digest, or its locks to their file
+digests, and write them back."""
 
 from __future__ import annotations
 
 import os
 import tempfile
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 import tomlkit
 from docker.errors import ImageNotFound
@@ -13,14 +14,15 @@ from builder.config import parse_config, target_path
 from builder.constants import REPO_ROOT, TARGETS_DIR
 from builder.errors import ConfigError, ImagePinError
 from builder.image.daemon import docker_client
-from builder.image.lock import read_lock
+from builder.image.lock import EngineLock, read_lock
 
 
 def pin_target(*, target: str, targets_dir: Path = TARGETS_DIR, source: str | None = None, repo_root: Path = REPO_ROOT) -> str:
     """Pin the target's base (``source`` switches base_source first) and return the pinned reference.
 
     image: ``target.base_image`` resolved to ``name@sha256:...`` via the local daemon.
-    wheel-lock: ``target.base_lock`` pinned to ``path@sha256:<digest of the lock file>``.
+    wheel-lock: ``target.base_lock`` pinned to ``path@sha256:<digest of the lock file>``, and each of
+    ``target.addon_locks`` likewise, once it is shown to be an add-on lock over that engine lock.
     Comments and layout of the target file are kept (tomlkit); the result is validated before it
     replaces the file.
     """
@@ -58,9 +60,33 @@ def _pin_lock(table, path: Path, repo_root: Path) -> str:
     lock = repo_root / rel
     if not lock.is_file():
         raise ImagePinError(f"{rel} (target.base_lock of {path.name}) does not exist", hint="generate it: `builder base lock --platform P`")
-    pinned = f"{rel}@{read_lock(lock).digest}"  # read_lock refuses a malformed lock
+    engine = read_lock(lock)  # refuses a malformed lock
+    pinned = f"{rel}@{engine.digest}"
     table["base_lock"] = pinned
+    addons = table.get("addon_locks")
+    for i, ref in enumerate(list(addons or [])):
+        addons[i] = _pin_addon(str(ref), index=i, engine=engine, path=path, repo_root=repo_root)
     return pinned
+
+
+def _pin_addon(ref: str, *, index: int, engine: EngineLock, path: Path, repo_root: Path) -> str:
+    """``path@sha256:<digest>`` of an add-on lock, refused unless it was resolved over ``engine``."""
+    rel = ref.split("@", 1)[0]
+    field = f"target.addon_locks[{index}] of {path.name}"
+    if PurePosixPath(rel).is_absolute() or ".." in PurePosixPath(rel).parts or not (repo_root / rel).is_file():
+        raise ImagePinError(f"{rel} ({field}) is not a file of the repository",
+                            hint=f"resolve it: `builder base lock --platform {engine.platform} --addon NAME==VERSION`")
+    addon = read_lock(repo_root / rel)
+    if addon.engine_lock is None:
+        raise ImagePinError(f"{rel} ({field}) is an engine lock, not an add-on lock over one",
+                            hint=f"resolve the add-on: `builder base lock --platform {engine.platform} --addon NAME==VERSION`")
+    if addon.engine_lock.rpartition("@")[2] != engine.digest:
+        raise ImagePinError(
+            f"{rel} ({field}) was resolved over the engine lock {addon.engine_lock}, and target.base_lock is "
+            f"{engine.path.name}@{engine.digest}: its wheels were chosen for other engine pins",
+            hint=f"resolve it again over this engine lock: `builder base lock --platform {engine.platform} --addon {addon.addon}`",
+        )
+    return f"{rel}@{addon.digest}"
 
 
 def _pin_image(table, path: Path) -> str:

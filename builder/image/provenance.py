@@ -40,6 +40,8 @@ class ProvenanceInputs(BaseModel):
     """name@sha256:<registry digest>, or lock path@sha256:<file digest>."""
     base_image: str
     """The image FROM names: the pinned ref, or the id of the base built from the lock."""
+    addon_pins: tuple[str, ...] = ()
+    """Each add-on lock installed over the engine lock, path@sha256:<file digest>."""
     patch_series_sha256: str | None
     builder_version: str
     source: SourceCommit
@@ -57,6 +59,7 @@ def provenance_statement(p: ProvenanceInputs) -> dict:
     deps: list[dict] = []
     if p.base_source == "wheel-lock":
         deps.append({"name": "base-lock", "uri": p.base_pin.split("@", 1)[0], "digest": _digest(p.base_pin)})
+        deps += [{"name": "addon-lock", "uri": pin.split("@", 1)[0], "digest": _digest(pin)} for pin in p.addon_pins]
     deps.append({"name": "base-image", "uri": p.base_image.split("@", 1)[0] if "@" in p.base_image else p.base_image,
                  "digest": _digest(p.base_pin if p.base_source == "image" else p.base_image)})
     if p.patch_series_sha256:

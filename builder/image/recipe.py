@@ -83,6 +83,8 @@ class BuildRecipe(BaseModel):
     """What FROM names: the pinned image, or the id of the base built from the lock (None until built)."""
     base_name: str | None = None
     """A readable name of base_image for labels (the lock base's tag)."""
+    addon_pins: tuple[str, ...] = ()
+    """Each add-on lock installed over the engine lock, path@sha256:<file digest> (wheel-lock only)."""
     engine: EngineInstall
     vllm_version: str
     """What `vllm --version` prints in the image (vllm_distribution_version); a label and a build arg."""
@@ -107,6 +109,8 @@ class BuildRecipe(BaseModel):
             "VLLM_VERSION": self.vllm_version,
             "APPLY_PATCHES": "1" if self.apply_patches else "0",
             "KERNEL_ARCH": self.kernel_arch or "",
+            # Only when there are add-ons, so a target without any gets the build args it always had.
+            **({"ADDON_LOCKS": " ".join(self.addon_pins)} if self.addon_pins else {}),
         }
 
 
@@ -126,6 +130,7 @@ def build_recipe(cfg: ReleaseConfig, *, wheel_dir: Path = WHEEL_DIR) -> BuildRec
         base_pin=base,
         base_image=base if from_image else None,
         base_name=base.split("@", 1)[0] if from_image else None,
+        addon_pins=tuple(cfg.target.addon_locks),  # the config allows them only over a lock, each pinned
         engine=ENGINE_INSTALLS[cfg.engine.profile],
         vllm_version=vllm_distribution_version(cfg.engine.resolved.package, cfg.engine.resolved.version),
         apply_patches=cfg.patches.apply,

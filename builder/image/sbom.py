@@ -35,6 +35,8 @@ class PythonPackage(BaseModel):
     sha256: tuple[str, ...] = ()
     """Every hash the lock allows; a lock entry that allows one is the file pip installed under
     --require-hashes. Empty for a package read from the image (pip keeps no archive hash)."""
+    source: str | None = None
+    """The lock it came from when not the SBOM's main one (an add-on lock's path@sha256)."""
 
 
 class DebPackage(BaseModel):
@@ -45,8 +47,8 @@ class DebPackage(BaseModel):
     arch: str
 
 
-def packages_from_lock(lock: EngineLock) -> list[PythonPackage]:
-    return [PythonPackage(name=e.name, version=e.version, sha256=(e.sha256,)) for e in lock.entries]
+def packages_from_lock(lock: EngineLock, *, source: str | None = None) -> list[PythonPackage]:
+    return [PythonPackage(name=e.name, version=e.version, sha256=(e.sha256,), source=source) for e in lock.entries]
 
 
 def parse_installed(text: str) -> list[PythonPackage]:
@@ -102,7 +104,7 @@ def build_sbom(
         components.append(Component(
             name=p.name, version=p.version, type=ComponentType.LIBRARY, purl=purl, bom_ref=purl.to_string(),
             hashes=[HashType(alg=HashAlgorithm.SHA_256, content=h) for h in p.sha256],
-            properties=[Property(name=PROP_KIND, value=KIND_PYTHON), Property(name=PROP_SOURCE, value=python_source)],
+            properties=[Property(name=PROP_KIND, value=KIND_PYTHON), Property(name=PROP_SOURCE, value=p.source or python_source)],
         ))  # fmt: skip
     for d in debs:
         purl = deb_purl(d, distro=distro)
