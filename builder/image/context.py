@@ -10,7 +10,7 @@ from pathlib import Path
 from builder import selfcheck
 from builder.config import ReleaseConfig, launch_plan
 from builder.config.launch import MODEL_DIR_ENV
-from builder.constants import ENV_WHEEL_DIR, REPO_ROOT, SELFCHECK_LIB, SELFCHECK_TARGET_FILE
+from builder.constants import ENV_WHEEL_DIR, LAUNCH_K8S_DIR, REPO_ROOT, SELFCHECK_LIB, SELFCHECK_TARGET_FILE
 from builder.errors import DockerError
 from builder.image.recipe import BuildRecipe
 from builder.launch import render_launch
@@ -63,8 +63,11 @@ def assemble_context(
 
         _selfcheck(cfg=cfg, out=ctx / "selfcheck")
 
-    # The image runs the same rendered launch script (and ENV.md) the bundle ships.
+    # The image runs the same rendered launch script (and ENV.md) the bundle ships; the Kubernetes
+    # manifests are for the cluster that runs the image, not for the image.
     for rel, text in render_launch(cfg=cfg, plan=launch_plan(cfg)).items():
+        if rel.startswith(LAUNCH_K8S_DIR + "/"):
+            continue
         dst = ctx / rel  # "launch/..." lands in context/launch/
         dst.write_text(text)
         dst.chmod(0o755 if dst.suffix == ".sh" else 0o644)
