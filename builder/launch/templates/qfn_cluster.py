@@ -83,6 +83,12 @@ def stop_child(child: subprocess.Popen, signum: int = signal.SIGTERM) -> int:
     return child.wait()
 
 
+def health_check_env(lost_timeout: int) -> dict[str, str]:
+    """Ray system settings (RAY_<name>) for a health check every second that gives up after lost_timeout misses."""
+    return {"RAY_health_check_period_ms": "1000", "RAY_health_check_timeout_ms": "1000",
+            "RAY_health_check_failure_threshold": str(max(lost_timeout, 1))}
+
+
 def alive_nodes(ray) -> list[dict]:
     return [n for n in ray.nodes() if n.get("Alive")]
 
@@ -95,7 +101,10 @@ def head(args: argparse.Namespace, stop: Stop) -> int:
     address = f"{args.node_ip}:{args.ray_port}"
     start = ["ray", "start", "--head", f"--node-ip-address={args.node_ip}", f"--port={args.ray_port}", *shlex.split(args.ray_args)]
     say("starting the Ray head: " + shlex.join(start))
-    if subprocess.run(start, check=False).returncode != 0:
+    # Ray's control plane marks a host dead after about --lost-timeout seconds of missed health checks
+    # (its default is longer), which bounds how long a lost host goes unnoticed.
+    ray_env = {**os.environ, **health_check_env(args.lost_timeout)}
+    if subprocess.run(start, env=ray_env, check=False).returncode != 0:
         say("`ray start --head` failed (output above)")
         ray_stop()
         return EXIT_NODE_MISSING
@@ -129,26 +138,24 @@ def head(args: argparse.Namespace, stop: Stop) -> int:
 
         # The engine's own ray.init() joins this cluster, not a new local one.
         env = {**os.environ, "RAY_ADDRESS": address}
+        # The engine placed its workers on these hosts: losing any of them loses part of the model, even
+        # when the host comes back (as a new Ray node, with nothing loaded).
+        members = {n["NodeID"]: n.get("NodeManagerAddress", "?") for n in nodes}
         stop.child = child = subprocess.Popen(args.server, env=env, start_new_session=True)
-        missing_since: float | None = None
         while (rc := child.poll()) is None:
             if stop.signal is not None:
                 return stop_child(child, stop.signal)
             try:
-                nodes = alive_nodes(ray)
+                alive = {n["NodeID"] for n in alive_nodes(ray)}
             except Exception as exc:  # the GCS itself is gone: the cluster cannot serve
                 say(f"cannot read the cluster's hosts ({exc}); stopping the server")
                 stop_child(child)
                 return EXIT_NODE_MISSING
-            if len(nodes) < args.nodes:
-                missing_since = missing_since or time.monotonic()
-                if time.monotonic() - missing_since >= args.lost_timeout:
-                    say(f"{args.nodes - len(nodes)} host(s) left the cluster {args.lost_timeout} s ago (still here: "
-                        f"{describe(nodes)}); stopping the server so the group can restart")
-                    stop_child(child)
-                    return EXIT_NODE_MISSING
-            else:
-                missing_since = None
+            if lost := sorted(addr for node, addr in members.items() if node not in alive):
+                say(f"host(s) {', '.join(lost)} left the cluster (Ray marked them dead); stopping the server so the "
+                    "group can restart")
+                stop_child(child)
+                return EXIT_NODE_MISSING
             time.sleep(POLL_S)
         return rc
     finally:
