@@ -111,6 +111,23 @@ def test_make_bundle_cmp170hx_passes_sha256sum_inside(tmp_path):
     assert read_manifest(out).target == "cmp170hx-x2"
 
 
+def test_make_bundle_gb10_x2_ships_both_hosts_and_compares_with_gb10(tmp_path):
+    out = tmp_path / "x2"
+    make = subprocess.run(
+        ["make", "-s", "bundle", "TARGET=gb10-x2", f"OUT={out}"], cwd=REPO_ROOT, capture_output=True, text=True
+    )
+    assert make.returncode == 0, make.stdout + make.stderr
+    launch = {p.relative_to(out).as_posix() for p in (out / "launch").rglob("*") if p.is_file()}
+    assert {"launch/run_head.sh", "launch/run_worker.sh", "launch/qfn_cluster.py", "launch/compose.head.yaml",
+            "launch/compose.worker.yaml", "launch/k8s/leaderworkerset.yaml", "launch/k8s/service.yaml"} <= launch
+    assert "launch/compose.yaml" not in launch and "launch/k8s/deployment.yaml" not in launch
+    card = (out / "README.md").read_text()
+    assert "Against `gb10` (one host)" in card and "| pool on `gb10` | pool on `gb10-x2` |" in card
+    assert "Head host" in card and "Worker host" in card and " worker\n" in card and " head\n" in card
+    # The patch series' kernel evidence applies to this target as to gb10.
+    assert (out / "evidence/kernels/qsa-int8-accuracy.json").is_file()
+
+
 def _leftovers(parent):
     return sorted(p.name for p in parent.iterdir() if p.name.startswith("."))
 
