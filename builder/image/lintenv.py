@@ -2,8 +2,9 @@
 
 A GPU image runs the lint on its own engine (`qfn-selfcheck`). Building one takes most of an hour
 here, so CI lints the rendered launch command of every GPU target in a venv holding exactly the
-amd64 engine lock (vllm==0.33.0, its torch and every dependency, --require-hashes), with the patch
-series applied as the image applies it. The CUDA libraries come along because they are what the
+amd64 engine lock (vllm==0.33.0, its torch and every dependency, --require-hashes) and the add-on
+locks resolved over it (Ray, which a multi-host target's executor imports), with the patch series
+applied as the image applies it. The CUDA libraries come along because they are what the
 locked torch imports: a venv "without CUDA" (CPU torch) cannot import the model registry, which
 needs the locked torchvision, which links the CUDA torch. No GPU is needed to import any of it.
 The venv lives in the cache and is rebuilt when the lock or the series changes.
@@ -43,9 +44,11 @@ def ensure_lint_venv(
     """The venv's python: the lock installed, the series applied; rebuilt when either changed (stamp)."""
     lock_path = lock_path or LOCKS_DIR / f"vllm-{ENGINE_UPSTREAM_VERSION}-linux-amd64.txt"
     lock = read_lock(lock_path)
+    addons = addon_locks_over(lock_path)
     python = venv / "bin" / "python"
     stamp = venv / ".qfn-lint-venv"
-    key = f"{lock.digest} series {tree_digest(patches_dir)} python {sys.version_info[0]}.{sys.version_info[1]}"
+    key = (f"{lock.digest} {' '.join(read_lock(a).digest for a in addons)} series {tree_digest(patches_dir)} "
+           f"python {sys.version_info[0]}.{sys.version_info[1]}")
     if python.is_file() and stamp.is_file() and stamp.read_text().strip() == key:
         return python
     # A venv's scripts name its path, so it is built in place; the stamp, written last, marks it
@@ -62,6 +65,12 @@ def ensure_lint_venv(
              "--require-hashes", "--no-deps", "--only-binary=:all:", "--no-compile", "-r", str(lock_path)],
             check=True,
         )  # fmt: skip
+        for addon in addons:  # a target's add-ons (Ray) change what the engine's config accepts
+            subprocess.run(
+                [str(python), "-m", "pip", "install", "--quiet", "--progress-bar", "off", *cached,
+                 "--require-hashes", "--no-deps", "--only-binary=:all:", "--no-compile", "-r", str(addon)],
+                check=True,
+            )  # fmt: skip
     except subprocess.CalledProcessError as exc:
         raise LockError(f"the lint venv could not be installed ({exc})", hint="check access to PyPI; the pip output is above") from exc
     from builder.patches.apply import apply_series
@@ -72,6 +81,15 @@ def ensure_lint_venv(
     log(f"lint venv: patch series applied to {site} ({len(report.applied)} file sections)")
     stamp.write_text(key + "\n")
     return python
+
+
+def addon_locks_over(lock_path: Path) -> list[Path]:
+    """Every add-on lock of docker/locks/ resolved over ``lock_path`` (the lint venv holds them all)."""
+    found = []
+    for path in sorted(lock_path.parent.glob("*.txt")):
+        if path != lock_path and (engine := read_lock(path).engine_lock) and engine.split("@", 1)[0].endswith(lock_path.name):
+            found.append(path)
+    return found
 
 
 def lint_target(*, cfg: ReleaseConfig, python: Path) -> str:

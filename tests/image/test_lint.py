@@ -1,5 +1,5 @@
 """The launch lint against the real, patched vllm==0.33.0 (the amd64 engine lock installed in a
-venv, the series applied): every GPU target's rendered command passes vLLM's own parser and config
+venv, the series applied, with the add-on locks over it): every GPU target's rendered command passes vLLM's own parser and config
 builders, and a misspelled flag, a key the speculative config rejects, or an out-of-range value is
 refused with the engine's own message. The same lint runs inside every GPU image
 (tests/image/test_gpu_image.py).
@@ -18,7 +18,7 @@ from builder.image.lintenv import ensure_lint_venv, lint_target
 
 pytestmark = [pytest.mark.engine_lint, pytest.mark.timeout(1800)]
 
-GPU_TARGETS = ["gb10", "cmp170hx-x2", "h200"]
+GPU_TARGETS = ["gb10", "gb10-x2", "cmp170hx-x2", "h200"]
 
 
 @pytest.fixture(scope="session")
@@ -40,6 +40,8 @@ def test_every_gpu_target_passes_the_engines_own_parser_and_config(target_data, 
     assert "ok   create_engine_config" in out
     assert "speculative mtp k=4" in out  # the MTP draft config was built, not skipped
     assert "cache dtype int8_per_token_head" in out
+    # A multi-host target's Ray executor is built too: Ray comes from its add-on lock, in the lint venv as in the image.
+    assert (f"TP {cfg.parallel.tensor_parallel_size} executor ray" in out) == (cfg.cluster.nodes > 1)
 
 
 def test_a_misspelled_flag_is_refused(target_data, lint_python):

@@ -1,8 +1,8 @@
 """The ple-mmap patch on CPU, through the patched engine's own PLE classes, in containers.
 
 The same plans as benchmarks/ple/cpu_proof.py (which writes evidence/ple/cpu.*), at CI size:
-a bf16 table 2.5x a 1 GiB container limit (the evidence run uses a larger one; CI's disk is shared
-with everything else the suite caches, and this test needs the table twice: checkpoint and file), where upstream's resident table is OOM-killed
+a bf16 table 1.5x a 1 GiB container limit (the evidence run uses 4.5x; here the table is written
+twice, checkpoint and file, on 2 cores and a shared disk, so CI keeps it small), where upstream's resident table is OOM-killed
 (the control) and the memory-mapped table loads and answers every lookup bit for bit, at TP1 and
 TP2, in place and from a table file built under the limit; and small checkpoints for table-file
 damage (a flipped byte, a truncation: detected and rebuilt), a rewritten checkpoint, fp8 and nvfp4.
@@ -19,7 +19,7 @@ from benchmarks.ple import cpu_proof
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
 MEMORY = "1g"
-TABLE_GIB = 2.5
+TABLE_GIB = 1.5
 # checkpoint + the f16 table file built from it, plus slack for the small files
 DISK_NEED_GIB = 2 * TABLE_GIB + 0.5
 
@@ -49,7 +49,7 @@ def test_resident_table_is_oom_killed_and_the_mapped_table_loads_under_the_limit
     steps = _steps(run)
     assert run["passed"], run["log_tail"]
     table = steps["write bf16 checkpoint"]["checkpoint"]
-    assert table["bytes"] >= 2 * 2**30  # at least 2x the container's memory
+    assert table["bytes"] >= 1.4 * 2**30  # well above the container's memory: it cannot be held resident
 
     control = steps["control: resident table (upstream, no mmap)"]
     assert control["oom_kills"] >= 1 and -9 in control["exitcodes"] and not control["ok"]
