@@ -108,9 +108,9 @@ def head(args: argparse.Namespace, stop: Stop) -> int:
         say("`ray start --head` failed (output above)")
         ray_stop()
         return EXIT_NODE_MISSING
-    try:
-        import ray
+    import ray
 
+    try:
         ray.init(address=address, logging_level="WARNING", log_to_driver=False)
         want_gpus = args.nodes * args.gpus
         began = last = time.monotonic()
@@ -159,6 +159,9 @@ def head(args: argparse.Namespace, stop: Stop) -> int:
             time.sleep(POLL_S)
         return rc
     finally:
+        # Disconnect first: a driver whose raylet is stopped under it exits with status 1 on its own,
+        # racing the status this returns.
+        ray.shutdown()
         ray_stop()
 
 
