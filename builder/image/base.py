@@ -585,7 +585,7 @@ def load_pinned_addons(*, pins: tuple[str, ...] | list[str], engine: EngineLock,
         if addon.engine_lock is None:
             raise LockError(f"{rel} is an engine lock, not an add-on lock over one",
                             hint=f"resolve the add-on: `builder base lock --platform {engine.platform} --addon NAME==VERSION`")
-        if addon.engine_lock.rpartition("@")[2] != engine.digest or addon.platform != engine.platform:
+        if not addon.resolved_over(engine) or addon.platform != engine.platform:
             raise LockError(
                 f"add-on lock {rel} was resolved over the engine lock {addon.engine_lock} ({addon.platform}), and the target's "
                 f"engine lock is {engine.path.name}@{engine.digest} ({engine.platform}): its wheels were chosen for other pins",

@@ -27,7 +27,7 @@ from builder.config import ReleaseConfig, launch_plan
 from builder.constants import CACHE_DIR, ENGINE_UPSTREAM_VERSION, LOCKS_DIR, PATCHES_DIR, WHEEL_CACHE_DIR
 from builder.errors import LockError, SelfCheckError
 from builder.image.context import selfcheck_facts
-from builder.image.lock import read_lock
+from builder.image.lock import EngineLock, read_lock
 from builder.launch import render_launch
 
 LINT_VENV_DIR = CACHE_DIR / "lint-venv"
@@ -44,7 +44,7 @@ def ensure_lint_venv(
     """The venv's python: the lock installed, the series applied; rebuilt when either changed (stamp)."""
     lock_path = lock_path or LOCKS_DIR / f"vllm-{ENGINE_UPSTREAM_VERSION}-linux-amd64.txt"
     lock = read_lock(lock_path)
-    addons = addon_locks_over(lock_path)
+    addons = addon_locks_over(lock)
     python = venv / "bin" / "python"
     stamp = venv / ".qfn-lint-venv"
     key = (f"{lock.digest} {' '.join(read_lock(a).digest for a in addons)} series {tree_digest(patches_dir)} "
@@ -83,13 +83,9 @@ def ensure_lint_venv(
     return python
 
 
-def addon_locks_over(lock_path: Path) -> list[Path]:
-    """Every add-on lock of docker/locks/ resolved over ``lock_path`` (the lint venv holds them all)."""
-    found = []
-    for path in sorted(lock_path.parent.glob("*.txt")):
-        if path != lock_path and (engine := read_lock(path).engine_lock) and engine.split("@", 1)[0].endswith(lock_path.name):
-            found.append(path)
-    return found
+def addon_locks_over(engine: EngineLock) -> list[Path]:
+    """Every add-on lock beside ``engine`` resolved over it (the lint venv holds them all)."""
+    return [path for path in sorted(engine.path.parent.glob("*.txt")) if read_lock(path).resolved_over(engine)]
 
 
 def lint_target(*, cfg: ReleaseConfig, python: Path) -> str:

@@ -67,6 +67,10 @@ class EngineLock(BaseModel):
     engine_lock: str | None = None
     """An add-on lock's engine lock, path@sha256:<digest>, whose pins it was resolved against."""
 
+    def resolved_over(self, engine: EngineLock) -> bool:
+        """Whether this is an add-on lock resolved over exactly ``engine`` (its header names that digest)."""
+        return self.engine_lock is not None and self.engine_lock.rpartition("@")[2] == engine.digest
+
     def entry(self, name: str) -> LockEntry | None:
         want = canonicalize_name(name)
         return next((e for e in self.entries if canonicalize_name(e.name) == want), None)

@@ -80,7 +80,7 @@ def _pin_addon(ref: str, *, index: int, engine: EngineLock, path: Path, repo_roo
     if addon.engine_lock is None:
         raise ImagePinError(f"{rel} ({field}) is an engine lock, not an add-on lock over one",
                             hint=f"resolve the add-on: `builder base lock --platform {engine.platform} --addon NAME==VERSION`")
-    if addon.engine_lock.rpartition("@")[2] != engine.digest:
+    if not addon.resolved_over(engine):
         raise ImagePinError(
             f"{rel} ({field}) was resolved over the engine lock {addon.engine_lock}, and target.base_lock is "
             f"{engine.path.name}@{engine.digest}: its wheels were chosen for other engine pins",
