@@ -82,7 +82,6 @@ class CapacitySection(BaseModel):
     notes: list[str] = []
     #: Against cluster.single_host: what the extra hosts buy, per KV dtype.
     hosts: HostsComparison | None = None
-    hosts_rows: list[dict] = []
     kernel_speed_sources: list[str] = []
     kernel_speed_triton: str = ""  # the Triton the grids ran under: int8's speed depends on it
     kernel_speed: list[KernelSpeedRow] = []
@@ -91,6 +90,14 @@ class CapacitySection(BaseModel):
     accuracy_source: str | None = None
     accuracy_metric: str = ""
     accuracy: list[AccuracyRow] = []
+
+    @property
+    def hosts_rows(self) -> list[dict[str, str]]:
+        """The comparison's rows, formatted for the card."""
+        return [{"dtype": r.kv_cache_dtype, "configured": r.configured, "pool_one": f"{r.pool_tokens[0]:,}",
+                 "pool_this": f"{r.pool_tokens[1]:,}", "ratio": f"{r.pool_ratio:.2f}x" if r.pool_ratio else "-",
+                 "sessions_one": f"{r.sessions[0]:,}", "sessions_this": f"{r.sessions[1]:,}"}
+                for r in (self.hosts.rows if self.hosts else [])]
 
 
 def _n(value: float) -> str:
@@ -251,12 +258,6 @@ def engine_fidelity_note(path: Path) -> str | None:
             f"{agree} (evidence/{ENGINE_EVIDENCE}/{ENGINE_FIDELITY_FILE} in the qfn-int8kv repository).")
 
 
-def hosts_rows(cmp: HostsComparison) -> list[dict[str, str]]:
-    return [{"dtype": r.kv_cache_dtype, "configured": r.configured, "pool_one": f"{r.pool_tokens[0]:,}",
-             "pool_this": f"{r.pool_tokens[1]:,}", "ratio": f"{r.pool_ratio:.2f}x" if r.pool_ratio else "-",
-             "sessions_one": f"{r.sessions[0]:,}", "sessions_this": f"{r.sessions[1]:,}"} for r in cmp.rows]
-
-
 def capacity_section(plan: CapacityPlan | None, *, plan_error: str | None, evidence_dir: Path,
                      kernels_dir: Path | None, hosts: HostsComparison | None = None) -> CapacitySection:
     """The card's first section for one target."""
@@ -310,6 +311,5 @@ def capacity_section(plan: CapacityPlan | None, *, plan_error: str | None, evide
         budget_exact=plan.budget.exact,
         notes=[f"Model facts: `{plan.architecture_source}`.", *plan.notes, *engine],
         hosts=hosts,
-        hosts_rows=hosts_rows(hosts) if hosts else [],
         **kernel,
     )

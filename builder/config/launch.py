@@ -318,9 +318,9 @@ def launch_plan(
                 "is below the ~135 GiB a pinned table needs. Expect the model load to run out of host memory "
                 "on this engine; the seed bundle's measured run used the fork preview's VLLM_PLE_MMAP_TABLE=1."
             )
-    if par.distributed_executor_backend == "ray" and not engine.ray_executor:
+    if par.distributed_executor_backend == "ray" and engine.ray_executor_gap:
         warnings.append(
-            f"{engine.ray_executor_gap or f'engine {engine.id} has no Ray executor'}. The hosts join one Ray cluster "
+            f"{engine.ray_executor_gap}. The hosts join one Ray cluster "
             "and the head starts the server, which then stops with that error: this layout tests the multi-host "
             "bring-up, it does not serve."
         )

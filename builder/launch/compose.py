@@ -25,6 +25,10 @@ def compose_name(role: Role | None = None) -> str:
     return COMPOSE_NAME if role is None else f"launch/compose.{role}.yaml"
 
 
+def container_name(plan: LaunchPlan, role: Role | None = None) -> str:
+    return plan.container.name if role is None else f"{plan.container.name}-{role}"
+
+
 def _rdma(plan: LaunchPlan) -> bool:
     """GPU hosts of a cluster hand NCCL the RDMA devices of their link (ConnectX-7: RoCE)."""
     return plan.cluster is not None and plan.container.gpus > 0
@@ -36,7 +40,7 @@ def docker_run_words(plan: LaunchPlan, *, role: Role | None = None) -> list[list
     Host folders stay "$VAR" for the user's shell to expand, so the words are printed unquoted.
     """
     box, cluster = plan.container, plan.cluster
-    head = ["docker", "run", "-d", "--name", box.name if role is None else f"{box.name}-{role}"]
+    head = ["docker", "run", "-d", "--name", container_name(plan, role)]
     if box.gpus:
         head += ["--gpus", str(box.gpus)]
     head += ["--ipc", "host"] if box.ipc_host else ["--shm-size", str(box.shm_size)]
@@ -81,7 +85,7 @@ def compose_yaml(plan: LaunchPlan, *, target: str, role: Role | None = None) -> 
             )
     service: dict = {
         "image": box.image,
-        "container_name": box.name if role is None else f"{box.name}-{role}",
+        "container_name": container_name(plan, role),
         "restart": box.restart,
         **({"ports": [f"{HOST_BIND}:${{PORT:-{box.port}}}:{box.port}"]} if role is None else {"network_mode": "host"}),
         **({"command": [role]} if role is not None else {}),

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pydantic import BaseModel, ConfigDict
 
 from builder.config import ReleaseConfig, load_target
+from builder.plan.budget import GIB
 from builder.plan.capacity import plan_target
 from builder.plan.models import CapacityPlan
 
@@ -42,10 +43,9 @@ def compare_hosts(plan: CapacityPlan, single: CapacityPlan) -> HostsComparison:
                  sessions=(d.sessions, mine[d.kv_cache_dtype].sessions))
         for d in single.dtypes if d.kv_cache_dtype in mine
     ]
-    gib = 1024**3
     return HostsComparison(
         single_host=single.target, target=plan.target,
-        budget_gib=(single.budget.kv_bytes / gib, plan.budget.kv_bytes / gib),
+        budget_gib=(single.budget.kv_bytes / GIB, plan.budget.kv_bytes / GIB),
         tensor_parallel=(single.setup.tensor_parallel_size, plan.setup.tensor_parallel_size),
         exact=single.budget.exact and plan.budget.exact,
         scope="per GPU" if plan.setup.on_gpu else "per host",
