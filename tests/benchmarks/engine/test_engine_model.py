@@ -349,3 +349,20 @@ def test_the_ple_mmap_storage_maps_the_generated_table_in_place(generated, ple_m
             owned = (ids >= start) & (ids < end)
             expected = np.where(owned[:, None], full[ids], 0)  # other ranks' rows read as zeros
             assert np.array_equal(mapped.rows(ids.tolist()), expected)
+
+
+def test_the_gather_path_bounds_the_thread_switch_interval_without_raising_it(ple_mmap):
+    """The gather path's host functions stall the GPU stream until they hold the GIL, so HostGather lowers
+    the process's switch interval to VLLM_PLE_MMAP_SWITCH_INTERVAL_US; it never raises a lower one an
+    embedding process set itself, and 0 leaves Python's own."""
+    saved = sys.getswitchinterval()
+    try:
+        sys.setswitchinterval(0.005)
+        ple_mmap.bound_switch_interval(0)
+        assert sys.getswitchinterval() == pytest.approx(0.005)
+        ple_mmap.bound_switch_interval(100)
+        assert sys.getswitchinterval() == pytest.approx(100e-6)
+        ple_mmap.bound_switch_interval(1000)
+        assert sys.getswitchinterval() == pytest.approx(100e-6)
+    finally:
+        sys.setswitchinterval(saved)
