@@ -23,6 +23,7 @@ import sys
 from pathlib import Path
 
 from benchmarks.engine import driver
+from benchmarks.engine import phases as ph
 from benchmarks.engine.transport import chunked, local
 from builder.errors import BuilderError
 
@@ -50,9 +51,16 @@ def _prepare(p: argparse.ArgumentParser, args: argparse.Namespace) -> dict:
         measure_args += ["--phases", ",".join(options["phases"])]
     if args.bench_cells:
         measure_args += ["--bench-cells", args.bench_cells]
-    if args.bench_repeats > 1:
+    if args.bench_repeats is not None:
         measure_args += ["--bench-repeats", str(args.bench_repeats)]
-    return sender.prepare(out=out, repo_root=root, budget_s=int(budget_s), layout=args.layout, graphs=args.graphs,
+    if args.ab_order:
+        measure_args += ["--ab-order", ",".join(options["ab_order"])]
+    if args.ab_mtp:
+        measure_args += ["--ab-mtp", str(args.ab_mtp)]
+    if args.ab_no_profile:
+        measure_args += ["--ab-no-profile"]
+    return sender.prepare(out=out, repo_root=root, budget_s=int(budget_s), layout=args.layout,
+                          graphs=args.graphs or ph.AB_PHASE in options["phases"],
                           triton_cache=args.triton_cache.resolve() if args.triton_cache else None,
                           measure_args=tuple(measure_args), triton=args.triton.resolve() if args.triton else None)
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from benchmarks.engine import phases as ph
 from benchmarks.engine import servers as sv
-from benchmarks.engine.phases import PHASES, error_text
+from benchmarks.engine.phases import AB_PHASE, PHASES, error_text
 from benchmarks.engine.servers import LAYOUTS, log
 
 #: What the phases keep back of the budget: gates alone take ~85 s for three arms.
@@ -72,20 +72,34 @@ def run_phases(transport, *, servers: dict, ready: list[str], work: Path, clock:
 
 def measure(transport, *, budget_s: float, phases: tuple[str, ...] = PHASES, layout: str = "tp1",
             graphs: bool = False, bench_cells: frozenset[tuple[int, int]] | None = None,
-            bench_repeats: int = 1) -> int:
+            bench_repeats: int | None = None, ab_order: tuple[str, ...] | None = None, ab_mtp: int = 0,
+            ab_profile: bool = True) -> int:
     """0 when every phase ran (a phase's own failures are in the summary), 1 when the run stopped early."""
     clock = Clock(budget_s)
     work = transport.results_dir()
+    graphs = graphs or AB_PHASE in phases  # the A/B measures what users run: CUDA graphs
     summary: dict = {"target": sv.TARGET, "layout": layout, "graphs": graphs, "budget_s": budget_s,
-                     "transport": transport.name, "phases": {}}
+                     "transport": transport.name, "phases": {}, "started_at": time.strftime("%Y-%m-%dT%H:%M:%SZ",
+                                                                                            time.gmtime())}
     servers: dict = {}
     try:
         transport.ready(summary, graphs=graphs)
         summary["triton"] = sv.triton_in_use(transport)
+        summary["host"] = sv.host_facts()
         sv.start_model(transport)  # a no-op where the transport started it
         sv.wait_model(transport, limit_s=min(180, clock.left() - 60))
         summary["model"] = json.loads((transport.model_dir / sv.MODEL_MARKER).read_text())
         summary["phases"]["model_ready_s"] = clock.elapsed()
+        if AB_PHASE in phases:
+            from benchmarks.engine import ab
+
+            labels = tuple(label for label, _, _ in LAYOUTS[layout][1])
+            ab.measure_ab(transport, clock=clock, work=work, summary=summary,
+                          deliver=lambda: transport.deliver(work, summary), order=ab_order or labels, mtp_k=ab_mtp,
+                          cells_wanted=bench_cells, repeats=bench_repeats or ab.DEFAULT_REPEATS, profile=ab_profile,
+                          started=servers, layout=layout)
+            summary["phases"]["ab_s"] = clock.elapsed()
+            return 0
         extra: list[str] = []
         for attempt in ("checkpoint", "dummy"):
             servers = sv.start_servers(transport, work=work, extra_args=extra, attempt=attempt, layout=layout,
@@ -107,7 +121,7 @@ def measure(transport, *, budget_s: float, phases: tuple[str, ...] = PHASES, lay
         if not ready:
             raise RuntimeError("no server became ready")
         run_phases(transport, servers=servers, ready=ready, work=work, clock=clock, summary=summary, phases=phases,
-                   bench_cells=bench_cells, bench_repeats=bench_repeats)
+                   bench_cells=bench_cells, bench_repeats=bench_repeats or 1)
         return 0
     except Exception as exc:
         summary["error"] = error_text(exc, 3000)
@@ -136,16 +150,25 @@ def add_measure_options(p: argparse.ArgumentParser, *, budget_s: float | None, b
     p.add_argument("--graphs", action="store_true", help="CUDA graphs on (enforce_eager off)")
     p.add_argument("--bench-cells", default="",
                    help="only these bench cells, LENxCONC comma list (e.g. 131072x4,131072x16); default all")
-    p.add_argument("--bench-repeats", type=int, default=1,
-                   help="run the bench cells this many times (arm order shifted each time), to see run-to-run spread")
+    p.add_argument("--bench-repeats", type=int, default=None,
+                   help="run the bench cells this many times (arm order shifted each time), to see run-to-run spread "
+                        "(default 1; for ab 5)")
+    p.add_argument("--ab-order", default="",
+                   help="ab: the arms in the order they are served, comma list (default the layout's: int8,fp8,bf16); "
+                        "LABEL-pinned serves LABEL with the PLE table pinned instead of mapped")
+    p.add_argument("--ab-mtp", type=int, default=0, help="ab: MTP draft tokens (default 0: off; random weights "
+                   "accept none)")
+    p.add_argument("--ab-no-profile", action="store_true", help="ab: no profiled pass per cell (no step breakdown)")
 
 
 def measure_options(p: argparse.ArgumentParser, args: argparse.Namespace) -> dict:
     """driver.measure's keyword arguments from the parsed options; p.error on a wrong one."""
     if args.budget_s <= 0:
         p.error("--budget-s must be positive")
-    if args.bench_repeats < 1:
+    if args.bench_repeats is not None and args.bench_repeats < 1:
         p.error(f"--bench-repeats must be 1 or more, got {args.bench_repeats}")
+    if not 0 <= args.ab_mtp <= 4:
+        p.error(f"--ab-mtp must be 0..4 (5..8 break the QSA ring capacity), got {args.ab_mtp}")
     try:
         phases = ph.parse_phases(args.phases)
     except ValueError as exc:
@@ -154,5 +177,14 @@ def measure_options(p: argparse.ArgumentParser, args: argparse.Namespace) -> dic
         cells = ph.parse_bench_cells(args.bench_cells)
     except ValueError as exc:
         p.error(f"--bench-cells: {exc}")
+    order = None
+    if args.ab_order:
+        from benchmarks.engine.ab import parse_order
+
+        try:
+            order = parse_order(args.ab_order, tuple(label for label, _, _ in LAYOUTS[args.layout][1]))
+        except ValueError as exc:
+            p.error(f"--ab-order: {exc}")
     return {"budget_s": args.budget_s, "phases": phases, "layout": args.layout, "graphs": args.graphs,
-            "bench_cells": cells, "bench_repeats": args.bench_repeats}
+            "bench_cells": cells, "bench_repeats": args.bench_repeats, "ab_order": order, "ab_mtp": args.ab_mtp,
+            "ab_profile": not args.ab_no_profile}

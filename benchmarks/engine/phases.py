@@ -21,6 +21,8 @@ if TYPE_CHECKING:
 
 #: What `measure` runs once the servers are ready, in this order.
 PHASES = ("gates", "fidelity", "bench")
+#: The engine A/B (ab.py): it starts its servers itself, one at a time, so it runs alone.
+AB_PHASE = "ab"
 #: The gates that mean something with random weights, in order; api_surface last, since a check that
 #: kills an engine (what that gate is for) would otherwise take the other gates with it.
 GATES = ("kv_pool", "determinism", "prefix_cache", "api_surface")
@@ -45,10 +47,14 @@ def error_text(exc: BaseException, limit: int = 1500) -> str:
 
 
 def parse_phases(text: str) -> tuple[str, ...]:
-    """'gates,bench' -> ('gates', 'bench'); refuses an empty list or a phase not in PHASES."""
+    """'gates,bench' -> ('gates', 'bench'); refuses an empty list, a phase not in PHASES, and AB_PHASE
+    beside another (the A/B serves one arm at a time; the others need every arm up together)."""
     phases = tuple(x for x in text.split(",") if x)
-    if not phases or set(phases) - set(PHASES):
-        raise ValueError(f"choose from {','.join(PHASES)}, got {text!r}")
+    if not phases or set(phases) - {*PHASES, AB_PHASE}:
+        raise ValueError(f"choose from {','.join(PHASES)} (or {AB_PHASE} alone), got {text!r}")
+    if AB_PHASE in phases and len(phases) > 1:
+        raise ValueError(f"{AB_PHASE} runs alone (it starts one server at a time); run the others in another "
+                         f"measure, got {text!r}")
     return phases
 
 

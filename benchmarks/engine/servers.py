@@ -101,9 +101,11 @@ def layout_gpus(layout: str) -> int:
     return load_target(LAYOUTS[layout][0] or TARGET).target.gpu_count
 
 
-def arm_config(base, *, kv_dtype: str, port: int, layout: str = "tp1", graphs: bool = False):
+def arm_config(base, *, kv_dtype: str, port: int, layout: str = "tp1", graphs: bool = False,
+               mtp_k: int | None = None, max_num_seqs: int | None = None):
     """The target's config with one KV dtype and port (and the layout's GPU split; CUDA graphs on
-    with `graphs`), validated by the same rules as any target."""
+    with `graphs`; `mtp_k` draft tokens instead of the target's, 0 for none; `max_num_seqs`), validated
+    by the same rules as any target."""
     from builder.config import load_target, parse_config
 
     data = base.model_dump(mode="json")
@@ -112,13 +114,18 @@ def arm_config(base, *, kv_dtype: str, port: int, layout: str = "tp1", graphs: b
     data["server"]["port"] = port
     if graphs:
         data["server"]["enforce_eager"] = False
+    if mtp_k is not None:
+        data["speculative"] = {"method": "mtp", "num_speculative_tokens": mtp_k} if mtp_k else {}
+    if max_num_seqs is not None:
+        data["server"]["max_num_seqs"] = max_num_seqs
     split_from = LAYOUTS[layout][0]
     if split_from:
         split = load_target(split_from)
         data["parallel"] = split.parallel.model_dump(mode="json") | {
             "distributed_executor_backend": data["parallel"]["distributed_executor_backend"]}
         data["target"]["gpu_count"] = split.target.gpu_count
-    return parse_config(data, source=f"{TARGET} ({kv_dtype} KV, port {port}, {layout}{', graphs' if graphs else ''})")
+    extras = f"{', graphs' if graphs else ''}{f', MTP k={mtp_k}' if mtp_k is not None else ''}"
+    return parse_config(data, source=f"{TARGET} ({kv_dtype} KV, port {port}, {layout}{extras})")
 
 
 def required_dirs(plan, state: Path) -> dict[str, str]:
@@ -134,20 +141,27 @@ def required_dirs(plan, state: Path) -> dict[str, str]:
 
 
 def start_servers(transport, *, work: Path, extra_args: list[str], attempt: str, layout: str = "tp1",
-                  graphs: bool = False) -> dict:
+                  graphs: bool = False, only: tuple[str, ...] | None = None, mtp_k: int | None = None,
+                  max_num_seqs: int | None = None, extra_env: dict[str, str] | None = None) -> dict:
+    """The layout's arms (or `only` those), each its own server in its own session; `extra_env` goes
+    over the launch plan's environment."""
     from builder.config import launch_plan, load_target
 
     state = transport.state
     base = load_target(TARGET)
     servers = {}
     for label, dtype, port in LAYOUTS[layout][1]:
-        cfg = arm_config(base, kv_dtype=dtype, port=port, layout=layout, graphs=graphs)
+        if only is not None and label not in only:
+            continue
+        cfg = arm_config(base, kv_dtype=dtype, port=port, layout=layout, graphs=graphs, mtp_k=mtp_k,
+                         max_num_seqs=max_num_seqs)
         plan = launch_plan(cfg)
         # The plan says `python3`; the servers run the transport's interpreter, the one with the engine.
         argv = [transport.python, *plan.argv(model_path=str(state / "model"))[1:], *DIAGNOSTIC_ARGS, *extra_args]
         env = transport.env(graphs=graphs)
         env.update({e.name: e.value for e in plan.env})
         env.update(required_dirs(plan, state))
+        env.update(extra_env or {})
         logf = work / f"server-{label}-{attempt}.log"  # one per attempt: a retry keeps the first cause
         proc = subprocess.Popen(argv, env=env, stdout=logf.open("w"), stderr=subprocess.STDOUT,
                                 start_new_session=True, cwd=state)
@@ -250,3 +264,19 @@ def server_summary(servers: dict, states: dict[str, str]) -> dict:
     return {k: {"state": v, "argv": servers[k]["argv"], "env": servers[k]["env"], "ready_s": servers[k].get("ready_s"),
                 "root_cause": root_cause(servers[k]["log"])} for k, v in states.items()}
 
+
+
+def host_facts() -> dict:
+    """The machine a run measured on: GPU, driver, clocks it may run at, persistence, CPUs, kernel."""
+    import platform
+
+    facts: dict = {"cpus": os.cpu_count(), "kernel": platform.release(), "python": platform.python_version()}
+    query = "name,driver_version,clocks.max.sm,clocks.max.mem,clocks.applications.graphics,persistence_mode,power.limit"
+    try:
+        done = subprocess.run(["nvidia-smi", f"--query-gpu={query}", "--format=csv,noheader"], capture_output=True,
+                              text=True, timeout=30)
+        facts["gpus"] = [dict(zip(query.split(","), (x.strip() for x in line.split(","))))
+                         for line in done.stdout.splitlines() if line.strip()]
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        facts["gpus"] = f"nvidia-smi: {exc}"
+    return facts

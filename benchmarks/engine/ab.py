@@ -1,0 +1,275 @@
+"""The engine A/B: each KV-dtype arm served alone on the GPU (no idle neighbour sharing its host or
+GPU), the same prompts for every arm and repeat, the bench grid's cells repeated, the GPU's clocks and
+the host's load recorded for every repeat, and one profiled pass per cell whose decode steps say where
+the step's time goes (breakdown.py).
+
+Servers run the h200-small launch plan with CUDA graphs and three A/B settings, each for a reason:
+  - MTP off by default (`--ab-mtp 0`): with random weights every draft is rejected, so MTP k=4 costs
+    four draft passes and a five-token verify to keep one token; `--ab-mtp 4` measures that apart;
+  - prefix caching off: every repeat sends the same prompts, and each must prefill them whole;
+  - max_num_seqs = the grid's largest concurrency: vLLM sizes its CUDA-graph capture list from it
+    (the default captures dozens of batch sizes the grid never runs, minutes of start-up per server).
+Arms share the run's measuring time evenly once each is up (arm_seconds), so a run that runs short
+loses repeats on every arm alike rather than one arm whole. Standard library only at module level.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from benchmarks.engine import servers as sv
+from benchmarks.engine.phases import BENCH_CONCURRENCY, BENCH_LENGTHS, BENCH_OUTPUT_TOKENS, error_text
+from benchmarks.engine.servers import log
+
+if TYPE_CHECKING:
+    from benchmarks.engine.driver import Clock
+
+DEFAULT_REPEATS = 5
+PROFILE_DIR = "profiles"
+#: Long enough for the profiled pass's trace to be written after /stop_profile returns.
+TRACE_WAIT_S = 120
+#: A profiled pass starts only with this much of the arm's time left (the pass, writing and reading its trace).
+PROFILE_RESERVE_S = 25
+#: Kept back for stopping each server.
+ARM_STOP_S = 15
+#: What a later arm's start-up is assumed to take at most: the first start compiles Triton and Inductor
+#: kernels the later ones find cached, so its own start-up would overstate theirs.
+LATER_START_S = 90
+
+
+def arm_seconds(*, left: float, arms_left: int, start_s: float) -> float:
+    """The measuring time of an arm that is up, with `left` seconds of the run and `arms_left` arms
+    still to measure (this one included): an even share of what the later arms' start-ups and every
+    stop leave."""
+    later_starts = (arms_left - 1) * min(start_s, LATER_START_S)
+    return max(0.0, (left - later_starts - arms_left * ARM_STOP_S) / arms_left)
+
+
+def ab_args(*, profile_dir: Path | None) -> list[str]:
+    """The server flags the A/B adds to the launch plan (module docstring)."""
+    args = ["--no-enable-prefix-caching"]
+    if profile_dir is not None:
+        # Traces only when /start_profile asks; CPU + CUDA activities, no stacks (cheap), no key table.
+        cfg = {"profiler": "torch", "torch_profiler_dir": str(profile_dir), "torch_profiler_with_stack": False,
+               "ignore_frontend": True, "torch_profiler_dump_cuda_time_total": False,
+               "torch_profiler_activities": ["CPU", "CUDA"]}
+        args += ["--profiler-config", json.dumps(cfg, separators=(",", ":"))]
+    return args
+
+
+#: Arm label suffixes: the same KV dtype served another way, to measure what that way costs.
+#: Each gives (server flags, environment); the last --engram-config wins.
+VARIANTS: dict[str, tuple[tuple[str, ...], dict[str, str]]] = {
+    # the PLE table pinned in host memory instead of memory-mapped: what the mmap costs
+    "-pinned": (("--engram-config", '{"cpu_offload":true}'), {}),
+    # the gather path under Python's own 5 ms thread switch interval: what the bound saves
+    "-pyswitch": ((), {"VLLM_PLE_MMAP_SWITCH_INTERVAL_US": "0"}),
+}
+
+
+def split_label(label: str) -> tuple[str, str]:
+    """'int8-pinned' -> ('int8', '-pinned'); 'int8' -> ('int8', '')."""
+    for suffix in VARIANTS:
+        if label.endswith(suffix):
+            return label.removesuffix(suffix), suffix
+    return label, ""
+
+
+def parse_order(text: str, labels: tuple[str, ...]) -> tuple[str, ...]:
+    """'bf16,fp8,int8' -> the arms in that order: the layout's arms, each at most once, any of them
+    with a VARIANTS suffix for its twin served that way (e.g. 'int8,int8-pinned')."""
+    order = tuple(x.strip() for x in text.split(",") if x.strip())
+    bad = [x for x in order if split_label(x)[0] not in labels]
+    if not order or bad or len(set(order)) != len(order):
+        raise ValueError(f"name arms of {','.join(labels)} (each may also be LABEL{'|'.join(VARIANTS)}) "
+                         f"at most once each, got {text!r}")
+    return order
+
+
+def cell_name(length: int, conc: int) -> str:
+    return f"in{length}-c{conc}"
+
+
+def workload(length: int, conc: int):
+    from builder.measure import client as bench
+
+    return bench.Workload(cell_name(length, conc), "concurrency", length, BENCH_OUTPUT_TOKENS, max(conc, 2), conc)
+
+
+async def cell_prompts(client, server: dict, length: int, conc: int, cache: Path) -> list[str]:
+    """The cell's prompts, fitted once on the first arm's server and kept under the state: every arm and
+    every later run sends exactly these (same tokenizer; fitting a 128K prompt costs seconds)."""
+    from builder.measure import client as bench
+
+    path = cache / f"{cell_name(length, conc)}.json"
+    if path.is_file():
+        return json.loads(path.read_text())
+    prompts = await bench.workload_prompts(client, server["url"], server["cfg"].model.served_name,
+                                           workload(length, conc), nonce=f"ab-{length}x{conc}")
+    cache.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(prompts))
+    return prompts
+
+
+def newest_trace(folder: Path, since: float) -> Path | None:
+    found = [p for p in folder.rglob("*.json*") if p.stat().st_mtime >= since and not p.name.endswith(".tmp")]
+    return max(found, key=lambda p: p.stat().st_mtime) if found else None
+
+
+async def profile_pass(client, server: dict, length: int, conc: int, prompts: list[str], folder: Path) -> dict:
+    """One untimed pass of the cell under the torch profiler; its decode steps summarized (breakdown.py).
+    The trace itself is deleted: tens of MB each, and the summary keeps every kernel that matters."""
+    from benchmarks.engine import breakdown
+    from builder.measure import client as bench
+
+    folder.mkdir(parents=True, exist_ok=True)
+    since = time.time()
+    await client.post(f"{server['url']}/start_profile", json={"profile_prefix": cell_name(length, conc)}, timeout=60)
+    try:
+        res = await bench.run_workload(client, server["url"], server["cfg"].model.served_name,
+                                       workload(length, conc), nonce=f"ab-{length}x{conc}", prompts=prompts)
+    finally:
+        await client.post(f"{server['url']}/stop_profile", timeout=TRACE_WAIT_S)
+    deadline = time.monotonic() + TRACE_WAIT_S
+    trace, size = None, -1
+    while time.monotonic() < deadline:  # until a trace is there and stopped growing
+        trace = newest_trace(folder, since)
+        if trace is not None and trace.stat().st_size == size:
+            break
+        size = trace.stat().st_size if trace is not None else -1
+        time.sleep(1)
+    else:
+        return {"error": f"no finished trace in {folder} {TRACE_WAIT_S} s after /stop_profile"}
+    size = trace.stat().st_size
+    try:
+        out = breakdown.summarize(trace, gen_requests=conc)
+    finally:
+        trace.unlink()
+    out.update(trace_bytes=size, profiled_median_tpot_ms=res.get("median_tpot_ms"))
+    return out
+
+
+async def run_arm(server: dict, label: str, *, cells: list[tuple[int, int]], repeats: int, deadline: float,
+                  state: Path, work: Path, profile: bool, record: Callable[[dict], None], telemetry) -> dict:
+    """Warm up, then a profiled pass per cell (first: a breakdown is worth more than one more repeat), then
+    `repeats` passes over the cells (repeat-major, so slow drift spreads over cells rather than piling
+    into one); stops starting passes at `deadline` (time.monotonic()). `record` gets each repeat's
+    result as it lands."""
+    import httpx
+
+    from builder.measure import client as bench
+
+    model, url = server["cfg"].model.served_name, server["url"]
+    out: dict = {"repeats_done": 0, "profiles": {}, "skipped": []}
+    seconds: dict[tuple[int, int], float] = {}
+    async with httpx.AsyncClient(trust_env=False) as client:
+        # Untimed: each server's first requests compile or autotune its prefill kernels; the longest
+        # prompt length is warmed too, so a 128K cell's first repeat is not the one that pays.
+        for length, conc in {(BENCH_LENGTHS[0], 4), (max(n for n, _ in cells), 1)}:
+            try:
+                warm = await cell_prompts(client, server, length, conc, state / "ab-prompts")
+                await bench.run_workload(client, url, model, workload(length, conc), prompts=warm,
+                                         nonce=f"ab-{length}x{conc}")
+            except Exception as exc:
+                log(f"ab warm-up {label} {cell_name(length, conc)}: {error_text(exc, 300)}")
+        if profile:
+            for length, conc in cells:
+                if time.monotonic() + PROFILE_RESERVE_S > deadline:
+                    out["profiles"][cell_name(length, conc)] = {"error": "time budget"}
+                    continue
+                try:
+                    prompts = await cell_prompts(client, server, length, conc, state / "ab-prompts")
+                    out["profiles"][cell_name(length, conc)] = await profile_pass(
+                        client, server, length, conc, prompts, work / PROFILE_DIR / label)
+                except Exception as exc:
+                    out["profiles"][cell_name(length, conc)] = {"error": error_text(exc, 600)}
+                got = out["profiles"][cell_name(length, conc)]
+                log(f"ab profile {label} {cell_name(length, conc)}: " + json.dumps(
+                    {"tokens": got.get("tokens"), "error": got.get("error"),
+                     **{kind: {k: (got.get(kind) or {}).get(k) for k in ("steps", "step_us", "gpu_busy_us", "idle_us", "idle_after")}
+                        for kind in ("decode", "mixed")}})[:900])
+        for repeat in range(repeats):
+            for length, conc in cells:
+                need = seconds.get((length, conc), 0.0)
+                if time.monotonic() + need > deadline:
+                    out["skipped"].append({"cell": cell_name(length, conc), "repeat": repeat, "reason": "time budget"})
+                    continue
+                started = time.monotonic()
+                try:
+                    prompts = await cell_prompts(client, server, length, conc, state / "ab-prompts")
+                    token = telemetry.begin()
+                    res = await bench.run_workload(client, url, model, workload(length, conc),
+                                                   nonce=f"ab-{length}x{conc}", prompts=prompts)
+                    res["telemetry"] = telemetry.end(token)
+                except Exception as exc:
+                    res = {"workload": cell_name(length, conc), "error": error_text(exc, 600)}
+                seconds[(length, conc)] = time.monotonic() - started
+                res.update(arm=label, input_len=length, concurrency=conc, repeat=repeat)
+                record(res)
+                log(f"ab {label} {cell_name(length, conc)} r{repeat}: ttft {res.get('median_ttft_ms', 0):.0f} ms, "
+                    f"tpot {res.get('median_tpot_ms', 0):.2f} ms, ok {res.get('completed')} {res.get('error', '')}")
+            out["repeats_done"] = repeat + 1
+    return out
+
+
+def grid(cells_wanted: frozenset[tuple[int, int]] | None) -> list[tuple[int, int]]:
+    return [(n, c) for n in BENCH_LENGTHS for c in BENCH_CONCURRENCY if cells_wanted is None or (n, c) in cells_wanted]
+
+
+def measure_ab(transport, *, clock: Clock, work: Path, summary: dict, deliver: Callable[[], None], order: tuple[str, ...],
+               mtp_k: int, cells_wanted: frozenset[tuple[int, int]] | None, repeats: int, profile: bool,
+               started: dict, layout: str = "tp1") -> None:
+    """Each arm in `order`: start its server alone, wait, measure, stop; the next arm only then. Every
+    server started lands in `started` (by arm label), for the driver's last log trim."""
+    import asyncio
+
+    from benchmarks.engine.telemetry import Telemetry
+
+    cells = grid(cells_wanted)
+    ab = summary["ab"] = {"order": list(order), "mtp_k": mtp_k, "repeats": repeats, "cells": [list(c) for c in cells],
+                          "profile": profile, "arms": {}, "results": []}
+    for i, label in enumerate(order):
+        arms_left = len(order) - i
+        arm: dict = {"position": i}
+        ab["arms"][label] = arm
+        base, suffix = split_label(label)
+        variant_args, variant_env = VARIANTS.get(suffix, ((), {}))
+        servers: dict = {}
+        telemetry = None
+        try:
+            extra = ab_args(profile_dir=(work / PROFILE_DIR / label).absolute() if profile else None)
+            servers = sv.start_servers(transport, work=work, extra_args=[*extra, *variant_args], extra_env=variant_env,
+                                       attempt="ab" + suffix, layout=layout, graphs=True, only=(base,), mtp_k=mtp_k,
+                                       max_num_seqs=max(BENCH_CONCURRENCY))
+            started[label] = servers[base]
+            t0 = time.monotonic()
+            wait_s = clock.left() - (arms_left - 1) * LATER_START_S - arms_left * ARM_STOP_S
+            states = sv.wait_servers(servers, timeout_s=max(30.0, wait_s))
+            arm.update(sv.server_summary(servers, states)[base])
+            if states[base] != "ready":
+                log(f"ab {label}: {states[base]}")
+                continue
+            arm["measure_s"] = round(arm_seconds(left=clock.left(), arms_left=arms_left, start_s=time.monotonic() - t0), 1)
+            deadline = time.monotonic() + arm["measure_s"]
+            telemetry = Telemetry(out=work / f"gpu-{label}.csv", sid=servers[base]["proc"].pid)
+
+            def record(res: dict) -> None:
+                ab["results"].append(res)
+                deliver()
+
+            arm.update(asyncio.run(run_arm(servers[base], label, cells=cells, repeats=repeats, deadline=deadline,
+                                           state=transport.state, work=work, profile=profile, record=record,
+                                           telemetry=telemetry)))
+        except Exception as exc:
+            arm["error"] = error_text(exc)
+            log(f"ab {label}: {arm['error'][:300]}")
+        finally:
+            if telemetry is not None:
+                telemetry.stop()
+            sv.stop_servers(servers)
+            arm["done_s"] = round(clock.elapsed(), 1)
+            deliver()
