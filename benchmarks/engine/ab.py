@@ -17,10 +17,12 @@ from __future__ import annotations
 
 import json
 import time
+from dataclasses import dataclass
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from benchmarks.engine import page_cache
 from benchmarks.engine import servers as sv
 from benchmarks.engine.phases import BENCH_CONCURRENCY, BENCH_LENGTHS, BENCH_OUTPUT_TOKENS, error_text
 from benchmarks.engine.servers import log
@@ -61,32 +63,54 @@ def ab_args(*, profile_dir: Path | None) -> list[str]:
     return args
 
 
-#: Arm label suffixes: the same KV dtype served another way, to measure what that way costs.
-#: Each gives (server flags, environment); the last --engram-config wins.
-VARIANTS: dict[str, tuple[tuple[str, ...], dict[str, str]]] = {
+@dataclass(frozen=True)
+class Variant:
+    """An arm label suffix: the same KV dtype served another way, to measure what that way costs."""
+
+    args: tuple[str, ...] = ()
+    env: tuple[tuple[str, str], ...] = ()
+    #: The server starts with the checkpoint (the PLE table's mapping) out of the page cache, and the
+    #: arm neither warms up nor profiles: its first timed repeat of the first cell is the cold one.
+    cold: bool = False
+
+
+#: Suffixes combine in this order ('int8-pinned-cold'); the last --engram-config wins.
+VARIANTS: dict[str, Variant] = {
     # the PLE table pinned in host memory instead of memory-mapped: what the mmap costs
-    "-pinned": (("--engram-config", '{"cpu_offload":true}'), {}),
+    "-pinned": Variant(args=("--engram-config", '{"cpu_offload":true}')),
     # the gather path under Python's own 5 ms thread switch interval: what the bound saves
-    "-pyswitch": ((), {"VLLM_PLE_MMAP_SWITCH_INTERVAL_US": "0"}),
+    "-pyswitch": Variant(env=(("VLLM_PLE_MMAP_SWITCH_INTERVAL_US", "0"),)),
+    # the page cache cold at start: what the first requests pay to read the table from disk
+    "-cold": Variant(cold=True),
 }
 
 
-def split_label(label: str) -> tuple[str, str]:
-    """'int8-pinned' -> ('int8', '-pinned'); 'int8' -> ('int8', '')."""
-    for suffix in VARIANTS:
+def split_label(label: str) -> tuple[str, tuple[str, ...]]:
+    """'int8-pinned-cold' -> ('int8', ('-pinned', '-cold')); 'int8' -> ('int8', ()). Suffixes come in
+    VARIANTS order, each at most once; anything else stays in the base (and fails parse_order)."""
+    found: list[str] = []
+    for suffix in reversed(VARIANTS):
         if label.endswith(suffix):
-            return label.removesuffix(suffix), suffix
-    return label, ""
+            label = label.removesuffix(suffix)
+            found.insert(0, suffix)
+    return label, tuple(found)
+
+
+def variant_of(suffixes: tuple[str, ...]) -> Variant:
+    """The suffixes' flags, environment and coldness together."""
+    return Variant(args=tuple(a for s in suffixes for a in VARIANTS[s].args),
+                   env=tuple(e for s in suffixes for e in VARIANTS[s].env),
+                   cold=any(VARIANTS[s].cold for s in suffixes))
 
 
 def parse_order(text: str, labels: tuple[str, ...]) -> tuple[str, ...]:
     """'bf16,fp8,int8' -> the arms in that order: the layout's arms, each at most once, any of them
-    with a VARIANTS suffix for its twin served that way (e.g. 'int8,int8-pinned')."""
+    with VARIANTS suffixes for a twin served another way (e.g. 'int8,int8-pinned,int8-pinned-cold')."""
     order = tuple(x.strip() for x in text.split(",") if x.strip())
     bad = [x for x in order if split_label(x)[0] not in labels]
     if not order or bad or len(set(order)) != len(order):
-        raise ValueError(f"name arms of {','.join(labels)} (each may also be LABEL{'|'.join(VARIANTS)}) "
-                         f"at most once each, got {text!r}")
+        raise ValueError(f"name arms of {','.join(labels)} (each may also carry suffixes of "
+                         f"{''.join(VARIANTS)}, in that order) at most once each, got {text!r}")
     return order
 
 
@@ -154,11 +178,12 @@ async def profile_pass(client, server: dict, length: int, conc: int, prompts: li
 
 
 async def run_arm(server: dict, label: str, *, cells: list[tuple[int, int]], repeats: int, deadline: float,
-                  state: Path, work: Path, profile: bool, record: Callable[[dict], None], telemetry) -> dict:
-    """Warm up, then a profiled pass per cell (first: a breakdown is worth more than one more repeat), then
-    `repeats` passes over the cells (repeat-major, so slow drift spreads over cells rather than piling
-    into one); stops starting passes at `deadline` (time.monotonic()). `record` gets each repeat's
-    result as it lands."""
+                  state: Path, work: Path, profile: bool, record: Callable[[dict], None], telemetry,
+                  warm_up: bool = True) -> dict:
+    """Warm up (unless not `warm_up`), then a profiled pass per cell (first: a breakdown is worth more
+    than one more repeat), then `repeats` passes over the cells (repeat-major, so slow drift spreads over
+    cells rather than piling into one); stops starting passes at `deadline` (time.monotonic()). `record`
+    gets each repeat's result as it lands."""
     import httpx
 
     from builder.measure import client as bench
@@ -169,7 +194,7 @@ async def run_arm(server: dict, label: str, *, cells: list[tuple[int, int]], rep
     async with httpx.AsyncClient(trust_env=False) as client:
         # Untimed: each server's first requests compile or autotune its prefill kernels; the longest
         # prompt length is warmed too, so a 128K cell's first repeat is not the one that pays.
-        for length, conc in {(BENCH_LENGTHS[0], 4), (max(n for n, _ in cells), 1)}:
+        for length, conc in sorted({(BENCH_LENGTHS[0], 4), (max(n for n, _ in cells), 1)}) if warm_up else ():
             try:
                 warm = await cell_prompts(client, server, length, conc, state / "ab-prompts")
                 await bench.run_workload(client, url, model, workload(length, conc), prompts=warm,
@@ -216,6 +241,21 @@ async def run_arm(server: dict, label: str, *, cells: list[tuple[int, int]], rep
     return out
 
 
+def model_files(state: Path) -> list[Path]:
+    """The checkpoint the servers load (its PLE tables map in place) and any table files built from it."""
+    return page_cache.files_under(state / "model", state / "inputs")
+
+
+def cold_start(state: Path) -> dict:
+    """Drop the model's files from the page cache before a cold arm's server starts; what was held
+    before and after, so the summary shows the start really was cold."""
+    files = model_files(state)
+    before = page_cache.resident(files)
+    page_cache.evict(files)
+    return {"files": before["files"], "bytes": before["bytes"], "resident_before": before["resident"],
+            "resident_after_evict": page_cache.resident(files)["resident"]}
+
+
 def grid(cells_wanted: frozenset[tuple[int, int]] | None) -> list[tuple[int, int]]:
     return [(n, c) for n in BENCH_LENGTHS for c in BENCH_CONCURRENCY if cells_wanted is None or (n, c) in cells_wanted]
 
@@ -236,15 +276,18 @@ def measure_ab(transport, *, clock: Clock, work: Path, summary: dict, deliver: C
         arms_left = len(order) - i
         arm: dict = {"position": i}
         ab["arms"][label] = arm
-        base, suffix = split_label(label)
-        variant_args, variant_env = VARIANTS.get(suffix, ((), {}))
+        base, suffixes = split_label(label)
+        variant = variant_of(suffixes)
+        profiled = profile and not variant.cold
         servers: dict = {}
         telemetry = None
         try:
-            extra = ab_args(profile_dir=(work / PROFILE_DIR / label).absolute() if profile else None)
-            servers = sv.start_servers(transport, work=work, extra_args=[*extra, *variant_args], extra_env=variant_env,
-                                       attempt="ab" + suffix, layout=layout, graphs=True, only=(base,), mtp_k=mtp_k,
-                                       max_num_seqs=max(BENCH_CONCURRENCY))
+            extra = ab_args(profile_dir=(work / PROFILE_DIR / label).absolute() if profiled else None)
+            if variant.cold:
+                arm["page_cache"] = cold_start(transport.state)
+            servers = sv.start_servers(transport, work=work, extra_args=[*extra, *variant.args], extra_env=dict(variant.env),
+                                       attempt="ab" + "".join(suffixes), layout=layout, graphs=True, only=(base,),
+                                       mtp_k=mtp_k, max_num_seqs=max(BENCH_CONCURRENCY))
             started[label] = servers[base]
             t0 = time.monotonic()
             wait_s = clock.left() - (arms_left - 1) * LATER_START_S - arms_left * ARM_STOP_S
@@ -253,6 +296,8 @@ def measure_ab(transport, *, clock: Clock, work: Path, summary: dict, deliver: C
             if states[base] != "ready":
                 log(f"ab {label}: {states[base]}")
                 continue
+            if variant.cold:
+                arm["page_cache"]["resident_at_ready"] = page_cache.resident(model_files(transport.state))["resident"]
             arm["measure_s"] = round(arm_seconds(left=clock.left(), arms_left=arms_left, start_s=time.monotonic() - t0), 1)
             deadline = time.monotonic() + arm["measure_s"]
             telemetry = Telemetry(out=work / f"gpu-{label}.csv", sid=servers[base]["proc"].pid)
@@ -262,8 +307,8 @@ def measure_ab(transport, *, clock: Clock, work: Path, summary: dict, deliver: C
                 deliver()
 
             arm.update(asyncio.run(run_arm(servers[base], label, cells=cells, repeats=repeats, deadline=deadline,
-                                           state=transport.state, work=work, profile=profile, record=record,
-                                           telemetry=telemetry)))
+                                           state=transport.state, work=work, profile=profiled, record=record,
+                                           telemetry=telemetry, warm_up=not variant.cold)))
         except Exception as exc:
             arm["error"] = error_text(exc)
             log(f"ab {label}: {arm['error'][:300]}")

@@ -53,13 +53,13 @@ def _option(argv: list[str], name: str, default: str | None = None) -> str | Non
     return argv[argv.index(name) + 1] if name in argv else default
 
 
-def _record(event: str, port: int) -> None:
+def _record(event: str, port: int, **extra) -> None:
     if path := os.environ.get(EVENTS_ENV):
         # The gather path's switch-interval variable as this process saw it (the A/B's -pyswitch arms).
         switch = os.environ.get("VLLM_PLE_MMAP_SWITCH_INTERVAL_US")
         with open(path, "a") as f:
             f.write(json.dumps({"event": event, "port": port, "pid": os.getpid(), "t": time.time(),
-                                "switch_us": switch}) + "\n")
+                                "switch_us": switch, **extra}) + "\n")
 
 
 def trace_events(requests: list[tuple[int, int]]) -> list[dict]:
@@ -86,6 +86,7 @@ class StandIn:
         self.profiling: list[tuple[int, int]] | None = None
         self.prefix = ""
         self.lock = threading.Lock()
+        self.completions = 0  # every completion request answered, warm-ups included
 
     def stop_profile(self) -> None:
         with self.lock:
@@ -151,6 +152,7 @@ class StandIn:
                 usage = {"prompt_tokens": prompt, "completion_tokens": n, "total_tokens": prompt + n}
                 self.wfile.write(f"data: {json.dumps({'choices': [], 'usage': usage})}\n\ndata: [DONE]\n\n".encode())
                 with outer.lock:
+                    outer.completions += 1
                     if outer.profiling is not None:
                         outer.profiling.append((prompt, n))
 
@@ -172,7 +174,7 @@ class StandIn:
         print(f"stand-in: serving {self.served} on 127.0.0.1:{self.port}", flush=True)
         httpd.serve_forever()
         httpd.server_close()
-        _record("closed", self.port)
+        _record("closed", self.port, completions=self.completions)
         return 0
 
 

@@ -51,17 +51,26 @@ def test_the_profiler_config_is_json_naming_torch_and_the_folder(tmp_path):
     ("int8,int8-pinned", ("int8", "int8-pinned")),
     ("int8-pinned,bf16,int8,fp8-pinned", ("int8-pinned", "bf16", "int8", "fp8-pinned")),
     ("int8-pyswitch,int8,int8-pinned", ("int8-pyswitch", "int8", "int8-pinned")),
+    ("int8-pinned-cold,int8-cold,int8-pinned-pyswitch", ("int8-pinned-cold", "int8-cold", "int8-pinned-pyswitch")),
 ])
 def test_an_order_of_the_layouts_arms_and_their_variants_is_taken_as_written(text, order):
     assert ab.parse_order(text, LABELS) == order
 
 
 @pytest.mark.parametrize("text", ["", " , ", "int4", "int8,int8", "int8-pinned,int8-pinned", "fp16-pinned",
-                                  "int8-pinned-pinned", "int8-pinned-pyswitch", "int8,INT8",
+                                  "int8-pinned-pinned", "int8-pyswitch-pinned", "int8-cold-pinned", "int8,INT8",
                                   "int8;fp8", "int8-pyswitch,int8-pyswitch"])
 def test_an_order_with_an_unknown_a_repeated_or_no_arm_is_refused(text):
     with pytest.raises(ValueError, match="at most once each"):
         ab.parse_order(text, LABELS)
+
+
+def test_suffixes_combine_their_flags_environment_and_coldness():
+    assert ab.split_label("int8-pinned-cold") == ("int8", ("-pinned", "-cold"))
+    assert ab.split_label("bf16") == ("bf16", ())
+    v = ab.variant_of(("-pinned", "-pyswitch", "-cold"))
+    assert v.args == ab.VARIANTS["-pinned"].args and dict(v.env) == {"VLLM_PLE_MMAP_SWITCH_INTERVAL_US": "0"} and v.cold
+    assert ab.variant_of(()) == ab.Variant()
 
 
 def test_an_arm_outside_the_layout_is_refused():
@@ -216,16 +225,43 @@ def stand_in_events(tmp_path, monkeypatch):
             pass
 
 
-def test_a_whole_ab_serves_each_arm_alone_in_the_order_given(tmp_path, free_port, monkeypatch, stand_in_events):
-    """Four arms, one 8192 x 1 cell, two repeats, 200 s of budget; every arm on the same port, as int8
-    and its pinned twin are in the real layout. The stand-in logs when it listens and when it has
-    closed: each server closed before the next one listened, and none is left running at the end."""
+def stand_in_transport(tmp_path, free_port, monkeypatch) -> LocalTransport:
+    """A local transport whose "engine" is the stand-in, every arm on `free_port`."""
     monkeypatch.setitem(sv.LAYOUTS, "tp1", (None, tuple((label, dtype, free_port) for label, dtype, _ in sv.ARMS)))
     t = LocalTransport(out=tmp_path / "out", python=str(engine_stand_in.interpreter(tmp_path)),
                        state=tmp_path / "state")
     t.checked = {"python": t.python, "vllm": "stand-in", "gpus": 1}  # no probe for vLLM or a GPU
     t.model_dir.mkdir(parents=True)
     (t.model_dir / sv.MODEL_MARKER).write_text(json.dumps({"seed": 0}))
+    return t
+
+
+def test_a_cold_arm_starts_with_the_model_out_of_the_page_cache_and_neither_warms_up_nor_profiles(
+        tmp_path, free_port, monkeypatch, stand_in_events):
+    """int8-cold then int8, one cell, two repeats: the cold arm's server starts after the model's files
+    left the page cache, and answers only the timed passes (each: one untimed request + 2 prompts); the
+    warm arm also answers its warm-up and profiled passes."""
+    t = stand_in_transport(tmp_path, free_port, monkeypatch)
+    (t.model_dir / "model.safetensors").write_bytes(bytes(range(256)) * 8192)  # 2 MiB, in the cache once written
+    rc = driver.measure(t, budget_s=200, phases=("ab",), bench_cells=frozenset({(8192, 1)}), bench_repeats=2,
+                        ab_order=("int8-cold", "int8"))
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+    assert rc == 0 and "error" not in summary, summary.get("error")
+    cold, warm = summary["ab"]["arms"]["int8-cold"], summary["ab"]["arms"]["int8"]
+    assert cold["page_cache"]["files"] == 2 and cold["page_cache"]["resident_before"] > 0.9
+    assert cold["page_cache"]["resident_after_evict"] == 0.0 and "resident_at_ready" in cold["page_cache"]
+    assert "page_cache" not in warm
+    assert cold["profiles"] == {} and "--profiler-config" not in cold["argv"] and "--profiler-config" in warm["argv"]
+    closed = [e for e in engine_stand_in.events(stand_in_events) if e["event"] == "closed"]
+    assert closed[0]["completions"] == 2 * 3
+    assert closed[1]["completions"] > 2 * 3  # warm-ups (8192 x 4 and x 1) and the profiled pass besides
+
+
+def test_a_whole_ab_serves_each_arm_alone_in_the_order_given(tmp_path, free_port, monkeypatch, stand_in_events):
+    """Four arms, one 8192 x 1 cell, two repeats, 200 s of budget; every arm on the same port, as int8
+    and its pinned twin are in the real layout. The stand-in logs when it listens and when it has
+    closed: each server closed before the next one listened, and none is left running at the end."""
+    t = stand_in_transport(tmp_path, free_port, monkeypatch)
     # The stand-in writes its trace before /stop_profile answers: a missing one is missing for good.
     monkeypatch.setattr(ab, "TRACE_WAIT_S", 5)
     order = ("int8-pinned", "bf16", "int8-pyswitch", "int8")
