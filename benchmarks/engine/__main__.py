@@ -59,6 +59,8 @@ def _prepare(p: argparse.ArgumentParser, args: argparse.Namespace) -> dict:
         measure_args += ["--ab-mtp", str(args.ab_mtp)]
     if args.ab_no_profile:
         measure_args += ["--ab-no-profile"]
+    if options["ab_sweep"]:
+        measure_args += ["--ab-sweep", ",".join(f"{r:g}" for r in options["ab_sweep"])]
     return sender.prepare(out=out, repo_root=root, budget_s=int(budget_s), layout=args.layout,
                           graphs=args.graphs or ph.AB_PHASE in options["phases"],
                           triton_cache=args.triton_cache.resolve() if args.triton_cache else None,

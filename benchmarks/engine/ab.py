@@ -41,6 +41,12 @@ ARM_STOP_S = 15
 #: What a later arm's start-up is assumed to take at most: the first start compiles Triton and Inductor
 #: kernels the later ones find cached, so its own start-up would overstate theirs.
 LATER_START_S = 90
+#: The request-rate sweep (`--ab-sweep`): its prompt length, requests per rate, arrival seed (the same
+#: arrival times for every arm) and the limits goodput counts a request within.
+SWEEP_LENGTH = 32768
+SWEEP_REQUESTS = 16
+SWEEP_SEED = 0
+SWEEP_SLO = {"ttft_ms": 1000.0, "tpot_ms": 20.0}
 
 
 def arm_seconds(*, left: float, arms_left: int, start_s: float) -> float:
@@ -179,11 +185,11 @@ async def profile_pass(client, server: dict, length: int, conc: int, prompts: li
 
 async def run_arm(server: dict, label: str, *, cells: list[tuple[int, int]], repeats: int, deadline: float,
                   state: Path, work: Path, profile: bool, record: Callable[[dict], None], telemetry,
-                  warm_up: bool = True) -> dict:
+                  warm_up: bool = True, sweep_rates: tuple[float, ...] = ()) -> dict:
     """Warm up (unless not `warm_up`), then a profiled pass per cell (first: a breakdown is worth more
     than one more repeat), then `repeats` passes over the cells (repeat-major, so slow drift spreads over
-    cells rather than piling into one); stops starting passes at `deadline` (time.monotonic()). `record`
-    gets each repeat's result as it lands."""
+    cells rather than piling into one), then the request-rate sweep, slowest rate first; stops starting
+    passes at `deadline` (time.monotonic()). `record` gets each repeat's and rate's result as it lands."""
     import httpx
 
     from builder.measure import client as bench
@@ -238,7 +244,37 @@ async def run_arm(server: dict, label: str, *, cells: list[tuple[int, int]], rep
                 log(f"ab {label} {cell_name(length, conc)} r{repeat}: ttft {res.get('median_ttft_ms', 0):.0f} ms, "
                     f"tpot {res.get('median_tpot_ms', 0):.2f} ms, ok {res.get('completed')} {res.get('error', '')}")
             out["repeats_done"] = repeat + 1
+        for rate in sweep_rates:
+            need = SWEEP_REQUESTS / rate + seconds.get((SWEEP_LENGTH, 1), 10.0)  # arrivals, then the last one served
+            if time.monotonic() + need > deadline:
+                out["skipped"].append({"sweep_rate": rate, "reason": "time budget"})
+                continue
+            try:
+                res = await sweep_rate(client, server, rate, state=state, telemetry=telemetry)
+            except Exception as exc:
+                res = {"error": error_text(exc, 600)}
+            res.update(arm=label, sweep_rate=rate)
+            record(res)
+            log(f"ab {label} sweep {rate:g}/s: goodput {res.get('goodput', 0):.2f}/s, ttft {res.get('median_ttft_ms', 0):.0f} "
+                f"ms, tpot {res.get('median_tpot_ms', 0):.2f} ms {res.get('error', '')}")
     return out
+
+
+async def sweep_rate(client, server: dict, rate: float, *, state: Path, telemetry) -> dict:
+    """SWEEP_REQUESTS prompts of SWEEP_LENGTH tokens arriving as a seeded Poisson process of `rate` per
+    second (open loop: a slow server queues them), summarized as `vllm bench serve` does, with goodput."""
+    from builder.measure import client as bench
+
+    # the SWEEP_LENGTH x SWEEP_REQUESTS cell's prompts (its last one is the warm-up's)
+    prompts = await cell_prompts(client, server, SWEEP_LENGTH, SWEEP_REQUESTS, state / "ab-prompts")
+    specs = [bench.RequestSpec(max_tokens=BENCH_OUTPUT_TOKENS, prompt=p) for p in prompts[:SWEEP_REQUESTS]]
+    token = telemetry.begin()
+    outputs, duration = await bench.run_specs_at(client, server["url"], server["cfg"].model.served_name, specs,
+                                                 offsets=bench.poisson_offsets(len(specs), rate, seed=SWEEP_SEED))
+    res = {"input_len": SWEEP_LENGTH, "num_prompts": len(specs), "seed": SWEEP_SEED, "slo": SWEEP_SLO,
+           **bench.summarize(outputs, duration), "goodput": bench.goodput(outputs, duration, **SWEEP_SLO)}
+    res["telemetry"] = telemetry.end(token)
+    return res
 
 
 def model_files(state: Path) -> list[Path]:
@@ -262,7 +298,7 @@ def grid(cells_wanted: frozenset[tuple[int, int]] | None) -> list[tuple[int, int
 
 def measure_ab(transport, *, clock: Clock, work: Path, summary: dict, deliver: Callable[[], None], order: tuple[str, ...],
                mtp_k: int, cells_wanted: frozenset[tuple[int, int]] | None, repeats: int, profile: bool,
-               started: dict, layout: str = "tp1") -> None:
+               started: dict, layout: str = "tp1", sweep_rates: tuple[float, ...] = ()) -> None:
     """Each arm in `order`: start its server alone, wait, measure, stop; the next arm only then. Every
     server started lands in `started` (by arm label), for the driver's last log trim."""
     import asyncio
@@ -271,7 +307,9 @@ def measure_ab(transport, *, clock: Clock, work: Path, summary: dict, deliver: C
 
     cells = grid(cells_wanted)
     ab = summary["ab"] = {"order": list(order), "mtp_k": mtp_k, "repeats": repeats, "cells": [list(c) for c in cells],
-                          "profile": profile, "arms": {}, "results": []}
+                          "profile": profile, "arms": {}, "results": [], "sweep_results": [],
+                          "sweep": {"rates": list(sweep_rates), "input_len": SWEEP_LENGTH, "requests": SWEEP_REQUESTS,
+                                    "seed": SWEEP_SEED, "slo": SWEEP_SLO} if sweep_rates else None}
     for i, label in enumerate(order):
         arms_left = len(order) - i
         arm: dict = {"position": i}
@@ -303,12 +341,12 @@ def measure_ab(transport, *, clock: Clock, work: Path, summary: dict, deliver: C
             telemetry = Telemetry(out=work / f"gpu-{label}.csv", sid=servers[base]["proc"].pid)
 
             def record(res: dict) -> None:
-                ab["results"].append(res)
+                ab["sweep_results" if "sweep_rate" in res else "results"].append(res)
                 deliver()
 
             arm.update(asyncio.run(run_arm(servers[base], label, cells=cells, repeats=repeats, deadline=deadline,
                                            state=transport.state, work=work, profile=profiled, record=record,
-                                           telemetry=telemetry, warm_up=not variant.cold)))
+                                           telemetry=telemetry, warm_up=not variant.cold, sweep_rates=sweep_rates)))
         except Exception as exc:
             arm["error"] = error_text(exc)
             log(f"ab {label}: {arm['error'][:300]}")

@@ -73,7 +73,7 @@ def run_phases(transport, *, servers: dict, ready: list[str], work: Path, clock:
 def measure(transport, *, budget_s: float, phases: tuple[str, ...] = PHASES, layout: str = "tp1",
             graphs: bool = False, bench_cells: frozenset[tuple[int, int]] | None = None,
             bench_repeats: int | None = None, ab_order: tuple[str, ...] | None = None, ab_mtp: int = 0,
-            ab_profile: bool = True) -> int:
+            ab_profile: bool = True, ab_sweep: tuple[float, ...] = ()) -> int:
     """0 when every phase ran (a phase's own failures are in the summary), 1 when the run stopped early."""
     clock = Clock(budget_s)
     work = transport.results_dir()
@@ -97,7 +97,7 @@ def measure(transport, *, budget_s: float, phases: tuple[str, ...] = PHASES, lay
             ab.measure_ab(transport, clock=clock, work=work, summary=summary,
                           deliver=lambda: transport.deliver(work, summary), order=ab_order or labels, mtp_k=ab_mtp,
                           cells_wanted=bench_cells, repeats=bench_repeats or ab.DEFAULT_REPEATS, profile=ab_profile,
-                          started=servers, layout=layout)
+                          started=servers, layout=layout, sweep_rates=ab_sweep)
             summary["phases"]["ab_s"] = clock.elapsed()
             return 0
         extra: list[str] = []
@@ -155,10 +155,13 @@ def add_measure_options(p: argparse.ArgumentParser, *, budget_s: float | None, b
                         "(default 1; for ab 5)")
     p.add_argument("--ab-order", default="",
                    help="ab: the arms in the order they are served, comma list (default the layout's: int8,fp8,bf16); "
-                        "LABEL-pinned serves LABEL with the PLE table pinned instead of mapped")
+                        "LABEL-pinned: the PLE table pinned instead of mapped; LABEL-cold: the page cache cold at "
+                        "start; LABEL-pyswitch: Python's 5 ms switch interval on the PLE gather path")
     p.add_argument("--ab-mtp", type=int, default=0, help="ab: MTP draft tokens (default 0: off; random weights "
                    "accept none)")
     p.add_argument("--ab-no-profile", action="store_true", help="ab: no profiled pass per cell (no step breakdown)")
+    p.add_argument("--ab-sweep", default="", help="ab: after the repeats, a seeded Poisson request-rate sweep per arm "
+                   "at these rates (requests/s, comma list, e.g. 0.5,1,2,4) with 32K prompts, goodput included")
 
 
 def measure_options(p: argparse.ArgumentParser, args: argparse.Namespace) -> dict:
@@ -185,6 +188,12 @@ def measure_options(p: argparse.ArgumentParser, args: argparse.Namespace) -> dic
             order = parse_order(args.ab_order, tuple(label for label, _, _ in LAYOUTS[args.layout][1]))
         except ValueError as exc:
             p.error(f"--ab-order: {exc}")
+    try:
+        sweep = tuple(float(x) for x in args.ab_sweep.split(",") if x.strip())
+    except ValueError:
+        p.error(f"--ab-sweep: request rates per second, comma list (e.g. 0.5,1,2), got {args.ab_sweep!r}")
+    if any(not r > 0 for r in sweep) or len(set(sweep)) != len(sweep):
+        p.error(f"--ab-sweep: each rate positive and given once, got {args.ab_sweep!r}")
     return {"budget_s": args.budget_s, "phases": phases, "layout": args.layout, "graphs": args.graphs,
             "bench_cells": cells, "bench_repeats": args.bench_repeats, "ab_order": order, "ab_mtp": args.ab_mtp,
-            "ab_profile": not args.ab_no_profile}
+            "ab_profile": not args.ab_no_profile, "ab_sweep": tuple(sorted(sweep))}

@@ -583,6 +583,51 @@ async def run_specs(
     return list(outputs), time.perf_counter() - start
 
 
+def poisson_offsets(n: int, rate: float, *, seed: int) -> list[float]:
+    """When each of `n` requests is sent, in seconds from the first: a seeded Poisson arrival process of
+    `rate` requests per second (as `vllm bench serve --request-rate R --seed S` sends them)."""
+    if n < 0 or not rate > 0:
+        raise ValueError(f"poisson_offsets needs n >= 0 and rate > 0, got n={n}, rate={rate}")
+    rng = random.Random(seed)
+    out, t = [], 0.0
+    for _ in range(n):
+        out.append(t)
+        t += rng.expovariate(rate)
+    return out
+
+
+async def run_specs_at(
+    client: httpx.AsyncClient,
+    base_url: str,
+    model: str,
+    specs: Sequence[RequestSpec],
+    *,
+    offsets: Sequence[float],
+) -> tuple[list[RequestOutput], float]:
+    """Send spec i at offsets[i] seconds after the start, whatever is in flight (an open-loop load, so a
+    slow server queues requests rather than slowing their arrival); returns outputs and wall time."""
+    if len(offsets) != len(specs):
+        raise ValueError(f"{len(specs)} specs but {len(offsets)} offsets")
+    start = time.perf_counter()
+
+    async def one(spec: RequestSpec, at: float) -> RequestOutput:
+        await asyncio.sleep(max(0.0, start + at - time.perf_counter()))
+        return await stream_request(client, base_url, model, spec)
+
+    outputs = await asyncio.gather(*(one(s, at) for s, at in zip(specs, offsets)))
+    return list(outputs), time.perf_counter() - start
+
+
+def goodput(outputs: Sequence[RequestOutput], duration_s: float, *, ttft_ms: float, tpot_ms: float) -> float:
+    """Requests per second that succeeded within both limits (`vllm bench serve --goodput ttft:X tpot:Y`):
+    TTFT at most ttft_ms, and time per output token after the first at most tpot_ms."""
+    def within(o: RequestOutput) -> bool:
+        tpot = (o.latency - o.ttft) / (o.output_tokens - 1) if o.output_tokens > 1 else 0.0
+        return o.success and o.ttft * 1000 <= ttft_ms and tpot * 1000 <= tpot_ms
+
+    return sum(1 for o in outputs if within(o)) / duration_s if duration_s > 0 else 0.0
+
+
 async def workload_prompts(
     client: httpx.AsyncClient, base_url: str, model: str, wl: Workload, *, nonce: str
 ) -> list[str]:

@@ -160,6 +160,7 @@ def test_the_ab_phase_alone_is_accepted_with_the_defaults():
     assert got["phases"] == ("ab",) and got["ab_order"] is None and got["ab_mtp"] == 0 and got["ab_profile"]
     assert got["bench_repeats"] is None  # measure picks 1 for the bench, ab.DEFAULT_REPEATS for the A/B
     assert parse("--phases", "ab", "--ab-no-profile", "--ab-mtp", "4")["ab_profile"] is False
+    assert got["ab_sweep"] == ()
 
 
 @pytest.mark.parametrize(("argv", "message"), [
@@ -170,6 +171,9 @@ def test_the_ab_phase_alone_is_accepted_with_the_defaults():
     (("--phases", "ab", "--ab-mtp", "5"), "--ab-mtp must be 0..4"),
     (("--phases", "ab", "--ab-mtp", "-1"), "--ab-mtp must be 0..4"),
     (("--phases", "ab", "--bench-repeats", "0"), "--bench-repeats must be 1 or more"),
+    (("--phases", "ab", "--ab-sweep", "1,fast"), "--ab-sweep: request rates per second"),
+    (("--phases", "ab", "--ab-sweep", "1,0"), "--ab-sweep: each rate positive and given once"),
+    (("--phases", "ab", "--ab-sweep", "2,2"), "--ab-sweep: each rate positive and given once"),
 ])
 def test_a_wrong_ab_option_is_refused_with_its_reason(argv, message, capsys):
     with pytest.raises(SystemExit):
@@ -255,6 +259,31 @@ def test_a_cold_arm_starts_with_the_model_out_of_the_page_cache_and_neither_warm
     closed = [e for e in engine_stand_in.events(stand_in_events) if e["event"] == "closed"]
     assert closed[0]["completions"] == 2 * 3
     assert closed[1]["completions"] > 2 * 3  # warm-ups (8192 x 4 and x 1) and the profiled pass besides
+
+
+def test_the_request_rate_sweep_sends_every_arm_the_same_seeded_arrivals_and_reports_goodput(
+        tmp_path, free_port, monkeypatch, stand_in_events):
+    """Two arms, rates 40 and 20 per second given out of order, 4 prompts a rate (the 8192 x 4 cell's):
+    each arm's sweep runs slowest first after its repeats, every request completes, and goodput is
+    counted under the stated limits."""
+    t = stand_in_transport(tmp_path, free_port, monkeypatch)
+    monkeypatch.setattr(ab, "SWEEP_LENGTH", 8192)
+    monkeypatch.setattr(ab, "SWEEP_REQUESTS", 4)
+    opts = parse("--phases", "ab", "--ab-sweep", "40,20", "--ab-no-profile")
+    assert opts["ab_sweep"] == (20.0, 40.0)
+    rc = driver.measure(t, budget_s=200, phases=("ab",), bench_cells=frozenset({(8192, 1)}), bench_repeats=1,
+                        ab_order=("int8", "fp8"), ab_profile=False, ab_sweep=opts["ab_sweep"])
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+    assert rc == 0 and "error" not in summary, summary.get("error")
+    got = summary["ab"]
+    assert got["sweep"] == {"rates": [20.0, 40.0], "input_len": 8192, "requests": 4, "seed": ab.SWEEP_SEED,
+                            "slo": ab.SWEEP_SLO}
+    assert [(r["arm"], r["sweep_rate"]) for r in got["sweep_results"]] == [
+        ("int8", 20.0), ("int8", 40.0), ("fp8", 20.0), ("fp8", 40.0)]
+    assert all("sweep_rate" not in r for r in got["results"]) and len(got["results"]) == 2
+    for r in got["sweep_results"]:
+        assert r["completed"] == 4 and r["num_prompts"] == 4 and "error" not in r, r
+        assert 0 <= r["goodput"] <= r["request_throughput"] and "wall_s" in r["telemetry"]
 
 
 def test_a_whole_ab_serves_each_arm_alone_in_the_order_given(tmp_path, free_port, monkeypatch, stand_in_events):

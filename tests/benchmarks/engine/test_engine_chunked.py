@@ -106,6 +106,21 @@ def test_the_measuring_command_takes_phases_cells_and_repeats_from_prepare(tmp_p
     assert argv[argv.index("--bench-repeats") + 1] == "3"
 
 
+def test_prepare_hands_the_ab_options_to_the_measuring_command_as_checked(tmp_path, monkeypatch, capsys):
+    """What `prepare --phases ab ...` asks is what the measuring command runs: the order as parsed, the
+    sweep's rates sorted, MTP and profiling as given; the payload itself is not built here."""
+    from benchmarks.engine.__main__ import main
+
+    seen = {}
+    monkeypatch.setattr(chunked.ChunkedSender, "prepare", lambda self, **kw: seen.update(kw) or {"calls": []})
+    assert main(["prepare", "--out", str(tmp_path / "e"), "--repo-root", str(tmp_path), "--phases", "ab",
+                 "--ab-order", "int8-pinned-cold, int8", "--ab-sweep", "2,0.5", "--ab-mtp", "4",
+                 "--ab-no-profile"]) == 0
+    assert seen["measure_args"] == ("--phases", "ab", "--ab-order", "int8-pinned-cold,int8", "--ab-mtp", "4",
+                                    "--ab-no-profile", "--ab-sweep", "0.5,2")
+    assert seen["graphs"] is True  # the A/B measures what users run
+
+
 @pytest.mark.parametrize(("flag", "value", "said"), [
     ("--phases", "bench,warp", "--phases: choose from gates,fidelity,bench"),
     ("--bench-cells", "1x1", "--bench-cells: '1x1' is not a grid cell"),
