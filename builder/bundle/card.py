@@ -26,6 +26,7 @@ from builder.constants import (
     CARD_NAME,
     CHECKSUMS_NAME,
     CLAIMS_FILE,
+    ENGINE_AB_EVIDENCE,
     ENVELOPE_SUFFIX,
     ENV_DRY_RUN,
     IMAGE_RECORD_NAME,
@@ -108,6 +109,8 @@ FILE_ROLES: tuple[tuple[str, str], ...] = (
 #: What an evidence sub-folder holds when it has no README.md to say so (first match wins).
 EVIDENCE_FOLDER_ROLES: tuple[tuple[str, str], ...] = (
     ("ab-*", "interleaved A/B benchmark of two server configs (per-pair deltas with spread)"),
+    (ENGINE_AB_EVIDENCE, "engine A/B of int8, fp8 and bf16 KV, each served alone: medians and ratios with bootstrap "
+                         "intervals over repeats (the card's Engine A/B table)"),
     ("kv-*", "the quality gates run against another KV dtype of the same model"),
     ("crosscheck", "this bundle's benchmark cross-checked against `vllm bench serve`"),
     ("*-refused", "server log: the engine refused this KV dtype on this host"),

@@ -1,8 +1,9 @@
 """The model card's "What it buys you": what each KV dtype costs and holds, then what was measured.
 
 Computed rows come from builder.plan (bytes per token per GPU, pool, sessions at max_model_len);
-measured rows only from evidence files: kv_pool gate files of the target, and the H200
-kernel-level speed and accuracy files of evidence/kernels/, each naming its file.
+measured rows only from evidence files: kv_pool gate files of the target, the H200
+kernel-level speed and accuracy files of evidence/kernels/, and the engine A/B of evidence/engine-ab/,
+each naming its file.
 """
 
 from __future__ import annotations
@@ -12,8 +13,21 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from builder.bundle.engine_evidence import EngineFidelityCheck, EnginePoolCheck
-from builder.constants import ENGINE_EVIDENCE, ENGINE_FIDELITY_FILE, ENGINE_POOLS_FILE
+from builder.bundle.engine_evidence import (
+    AB_RATIOS,
+    HIGHER_IS_BETTER,
+    EngineAB,
+    EngineFidelityCheck,
+    EnginePoolCheck,
+    RatioEstimate,
+)
+from builder.constants import (
+    ENGINE_AB_EVIDENCE,
+    ENGINE_AB_FILE,
+    ENGINE_EVIDENCE,
+    ENGINE_FIDELITY_FILE,
+    ENGINE_POOLS_FILE,
+)
 from builder.errors import RenderError
 from builder.measure.evidence import GateEvidence
 from builder.plan.budget import GIB
@@ -27,6 +41,11 @@ KERNEL_ACCURACY_FILE = "qsa-int8-accuracy.json"
 #: The three KV dtypes the kernel evidence compares, as its arms name them.
 KERNEL_ARMS = ("bf16", "fp8", "int8")
 BASELINE_DTYPES = ("bfloat16", "auto")
+#: The engine A/B table's columns: (ratio key of ABCell.ratios, metric, header), TPOT before TTFT.
+AB_COLUMNS = tuple((f"{a}/{b}", metric, f"{a}/{b} {name}")
+                   for metric, name in (("median_tpot_ms", "TPOT"), ("median_ttft_ms", "TTFT")) for a, b in AB_RATIOS)
+ENGINE_REPORT_COMMAND = "python -m benchmarks.engine.report --run NAME=SUMMARY --out DIR"
+ENGINE_AB_COMMAND = f"python -m benchmarks.engine.ab_report --run NAME=SUMMARY --out evidence/{ENGINE_AB_EVIDENCE}"
 
 
 class CapacityRow(BaseModel):
@@ -64,6 +83,33 @@ class AccuracyRow(BaseModel):
     total: dict[str, str]
 
 
+class EngineABRow(BaseModel):
+    """One cell of the A/B grid: int8's ratio to each other arm, per AB_COLUMNS."""
+
+    model_config = ConfigDict(frozen=True)
+    cell: str
+    ratios: list[str]
+
+
+class EngineABTable(BaseModel):
+    """The engine A/B as the card shows it; text from the file is escaped by the template."""
+
+    model_config = ConfigDict(frozen=True)
+    source: str
+    label: str
+    hardware: str
+    run: str
+    mtp: str
+    order: str
+    repeats: str
+    headers: list[str]
+    rows: list[EngineABRow]
+    #: "GPU idle (host) in 5 of 6, ..." over the profiled decode steps; "" when the file has none.
+    bound: str = ""
+    #: How far a second run's median TPOT was from this run's; "" when none was compared.
+    agreement: str = ""
+
+
 class CapacitySection(BaseModel):
     """Everything the card's first section shows; numbers already formatted."""
 
@@ -90,6 +136,7 @@ class CapacitySection(BaseModel):
     accuracy_source: str | None = None
     accuracy_metric: str = ""
     accuracy: list[AccuracyRow] = []
+    engine_ab: EngineABTable | None = None
 
     @property
     def hosts_rows(self) -> list[dict[str, str]]:
@@ -213,15 +260,14 @@ def kernel_accuracy(kernels_dir: Path) -> tuple[str | None, str, list[AccuracyRo
     return f"evidence/kernels/{KERNEL_ACCURACY_FILE}", str(data.get("metric", "")), rows
 
 
-def _engine_check(path: Path, model, what: str):
+def _engine_check(path: Path, model, what: str, command: str = ENGINE_REPORT_COMMAND):
     """The engine evidence file as `model`; None when there is none."""
     if not path.is_file():
         return None
     try:
         return model.model_validate(_read_json(path))
     except ValidationError as exc:
-        raise RenderError(f"{path}: not an engine {what}: {exc}",
-                          hint="regenerate it: python -m benchmarks.engine.report --run NAME=SUMMARY --out DIR") from exc
+        raise RenderError(f"{path}: not an engine {what}: {exc}", hint=f"regenerate it: {command}") from exc
 
 
 def engine_pool_note(path: Path) -> str | None:
@@ -258,14 +304,74 @@ def engine_fidelity_note(path: Path) -> str | None:
             f"{agree} (evidence/{ENGINE_EVIDENCE}/{ENGINE_FIDELITY_FILE} in the qfn-int8kv repository).")
 
 
+def _ratio_text(r: RatioEstimate, metric: str) -> str | None:
+    """'0.93x [0.90-0.96] faster'; None for an interval upside down, or a verdict other than the one
+    its interval gives (the card must never call a difference the interval does not show)."""
+    lower_is_better = metric not in HIGHER_IS_BETTER
+    if r.low > r.high:
+        return None
+    if r.low <= 1.0 <= r.high:
+        verdict = "no difference measured"
+    else:
+        verdict = "faster" if (r.high < 1.0) == lower_is_better else "slower"
+    if verdict != r.verdict:
+        return None
+    # Enough digits that an interval excluding 1.0 does not print a bound of 1.00.
+    digits = 2 if verdict == "no difference measured" or "1.00" not in (f"{r.low:.2f}", f"{r.high:.2f}") else 3
+    return f"{r.value:.{digits}f}x [{r.low:.{digits}f}-{r.high:.{digits}f}] {verdict}"
+
+
+def _bound_text(ab: EngineAB) -> str:
+    decode = [b for b in ab.breakdown if b.step_kind == "decode"]
+    counts: dict[str, int] = {}
+    for b in decode:
+        counts[b.bound] = counts.get(b.bound, 0) + 1
+    ranked = sorted(counts.items(), key=lambda kv: -kv[1])
+    return ", ".join(f"{bound} in {n} of {len(decode)}" for bound, n in ranked)
+
+
+def engine_ab_table(path: Path, *, source: str) -> EngineABTable | None:
+    """The engine A/B's int8 ratios per cell (grid order: prompt length, then concurrency), each with
+    its interval and verdict; None when there is no such run."""
+    ab = _engine_check(path, EngineAB, "A/B", ENGINE_AB_COMMAND)
+    if ab is None:
+        return None
+    rows = []
+    for cell in sorted(ab.cells, key=lambda c: (c.input_len, c.concurrency)):
+        name = f"{_tokens(cell.input_len)} x {cell.concurrency}"
+        ratios = []
+        for pair, metric, header in AB_COLUMNS:
+            r = cell.ratios.get(pair, {}).get(metric)
+            text = "not measured" if r is None else _ratio_text(r, metric)
+            if text is None:
+                raise RenderError(f"{path}: cell {name}, {header}: the verdict {r.verdict!r} does not follow from "
+                                  f"its interval [{r.low}, {r.high}] around {r.value}",
+                                  hint=f"regenerate it: {ENGINE_AB_COMMAND}")
+            ratios.append(text)
+        rows.append(EngineABRow(cell=name, ratios=ratios))
+    repeats = sorted({e.n for c in ab.cells for arm in c.medians.values() for e in arm.values()})
+    agreement = (f"a second run's median TPOT was within {max(ab.agreement.values()):.1%} of this run's over the "
+                 f"{len(ab.agreement)} arm and cell pairs compared") if ab.agreement else ""
+    return EngineABTable(
+        source=source, label=ab.label, hardware=ab.hardware, run=ab.run,
+        mtp="MTP off" if ab.mtp_k == 0 else f"MTP on (k={ab.mtp_k})",
+        order=", ".join(ab.order),
+        repeats=(f"{repeats[0]}" if len(repeats) == 1 else f"{repeats[0]}-{repeats[-1]}") if repeats else "no",
+        headers=[header for _, _, header in AB_COLUMNS], rows=rows, bound=_bound_text(ab), agreement=agreement)
+
+
 def capacity_section(plan: CapacityPlan | None, *, plan_error: str | None, evidence_dir: Path,
                      kernels_dir: Path | None, hosts: HostsComparison | None = None) -> CapacitySection:
     """The card's first section for one target."""
     speed_src, speed_triton, speed, below = kernel_speed(kernels_dir) if kernels_dir is not None else ([], "", [], [])
     acc_src, metric, acc = kernel_accuracy(kernels_dir) if kernels_dir is not None else (None, "", [])
+    # The engine runs live beside the kernel evidence: both come with the patch series.
+    ab_source = f"evidence/{ENGINE_AB_EVIDENCE}/{ENGINE_AB_FILE}"
+    ab = engine_ab_table(kernels_dir.parent / ENGINE_AB_EVIDENCE / ENGINE_AB_FILE,
+                         source=ab_source) if kernels_dir is not None else None
     kernel = {"kernel_speed_sources": speed_src, "kernel_speed_triton": speed_triton, "kernel_speed": speed,
               "kernel_speed_below_bf16": below, "accuracy_source": acc_src,
-              "accuracy_metric": metric, "accuracy": acc}
+              "accuracy_metric": metric, "accuracy": acc, "engine_ab": ab}
     if plan is None:
         return CapacitySection(computed=False, error=plan_error, **kernel)
     s = plan.setup
@@ -288,7 +394,6 @@ def capacity_section(plan: CapacityPlan | None, *, plan_error: str | None, evide
             kv_cache_dtype=dtype, stored_as="-", configured=dtype == plan.configured_dtype, bytes_per_token_layer="-",
             bytes_per_token_all="-", pool=f"{tokens:,}", sessions=f"{int(conc):,}" if conc is not None else "-",
             vs_baseline=vs, source=f"measured (`{where}`)"))
-    # The engine run lives beside the kernel evidence: both come with the patch series.
     engine_dir = kernels_dir.parent / ENGINE_EVIDENCE if kernels_dir else None
     engine = [n for n in (engine_pool_note(engine_dir / ENGINE_POOLS_FILE),
                           engine_fidelity_note(engine_dir / ENGINE_FIDELITY_FILE)) if n] if engine_dir else []

@@ -6,6 +6,8 @@ quotes them under "measured", never as the real model's numbers.
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import BaseModel, ConfigDict, Field
 
 
@@ -53,3 +55,76 @@ class EngineFidelityCheck(BaseModel):
     prompt_tokens: int = Field(gt=0)
     greedy_tokens: int = Field(gt=0)
     arms: dict[str, FidelityArm]
+
+
+# --- the engine A/B (benchmarks/engine/ab.py, benchmarks/engine/ab_report.py)
+
+#: The A/B's metrics per repeat, as `vllm bench serve` names them; the arm with the lower value is
+#: better on all but output_throughput.
+AB_METRICS = ("median_ttft_ms", "median_tpot_ms", "median_itl_ms", "p99_itl_ms", "output_throughput")
+HIGHER_IS_BETTER = frozenset({"output_throughput"})
+#: The ratios the card states: int8 over each other KV dtype, arms by their A/B labels.
+AB_RATIOS = (("int8", "fp8"), ("int8", "bf16"))
+Verdict = Literal["faster", "slower", "no difference measured"]
+
+
+class Estimate(BaseModel):
+    """A median over repeats (or a ratio of two arms' medians) with its bootstrap 95% interval."""
+
+    model_config = ConfigDict(frozen=True)
+
+    value: float
+    low: float
+    high: float
+    n: int = Field(gt=0, description="Repeats behind it (a ratio: the fewer of its two arms').")
+
+
+class RatioEstimate(Estimate):
+    verdict: Verdict = Field(description="The numerator arm's, only where the interval excludes 1.0.")
+
+
+class ABCell(BaseModel):
+    """One cell of the grid: every arm's medians, and int8's ratios to the others."""
+
+    model_config = ConfigDict(frozen=True)
+
+    input_len: int = Field(gt=0)
+    concurrency: int = Field(gt=0)
+    medians: dict[str, dict[str, Estimate]] = Field(description="arm label -> metric (AB_METRICS) -> median.")
+    ratios: dict[str, dict[str, RatioEstimate]] = Field(
+        description="'int8/fp8' -> metric -> ratio of medians; only pairs whose arms both have repeats.")
+
+
+class StepBreakdown(BaseModel):
+    """Where one arm's decode step goes in one cell, from its profiled pass (benchmarks/engine/breakdown.py)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    arm: str
+    input_len: int = Field(gt=0)
+    concurrency: int = Field(gt=0)
+    step_kind: Literal["decode", "mixed"]
+    step_us: float = Field(gt=0)
+    families: dict[str, float] = Field(description="us per step per kernel family, then the GPU's idle time.")
+    idle_after: dict[str, float] = Field(default_factory=dict,
+                                         description="The idle time by the GPU work each gap follows.")
+    measured_itl_ms: float | None = Field(default=None, description="The timed repeats' median ITL p50.")
+    accounting_gap: float | None = Field(default=None, description="|profiled step - measured ITL| / measured ITL.")
+    bound: str = Field(description="What bounds the step: the largest row of `families`.")
+
+
+class EngineAB(BaseModel):
+    """The engine A/B of one run: each KV dtype served alone, the same prompts, repeats per cell."""
+
+    model_config = ConfigDict(frozen=True)
+
+    run: str = Field(description="Which run, in words a reader can find (its name and summary file).")
+    label: str = Field(description="What was served and where: never the real model's numbers.")
+    hardware: str
+    mtp_k: int = Field(ge=0, description="Speculative tokens per step; 0: MTP off.")
+    order: list[str] = Field(description="Arm labels in the order they were served.")
+    cells: list[ABCell]
+    breakdown: list[StepBreakdown] = Field(default_factory=list)
+    agreement: dict[str, float] = Field(
+        default_factory=dict,
+        description="'ARM LENxCONC' -> |median TPOT of a second run - this run's| / this run's, where one was given.")

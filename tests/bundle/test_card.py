@@ -288,3 +288,132 @@ def test_a_bundle_whose_gates_did_not_pass_says_so_first_and_is_tagged(tmp_path)
     assert card.text.lstrip().startswith("> [!WARNING]\n> **Quality gates have not passed for this bundle.**")
     assert "Not passed: battery (missing), needle (fail)." in card.text
     assert constants.CARD_FAILED_GATES_TAG in card.data.tags
+
+
+def _ratio(value, low, high, verdict, n=5):
+    from builder.bundle.engine_evidence import RatioEstimate
+
+    return RatioEstimate(value=value, low=low, high=high, n=n, verdict=verdict)
+
+
+def _ab_cell(input_len, concurrency, tpot, ttft, n=5):
+    """A cell whose ratios are {'int8/fp8': (tpot, ttft), 'int8/bf16': (tpot, ttft)}, each (value, low, high, verdict)."""
+    from builder.bundle.engine_evidence import ABCell, Estimate
+
+    medians = {arm: {m: Estimate(value=10.0, low=9.5, high=10.5, n=n) for m in ("median_tpot_ms", "median_ttft_ms")}
+               for arm in ("int8", "fp8", "bf16")}
+    ratios = {pair: {"median_tpot_ms": _ratio(*tpot[pair], n=n), "median_ttft_ms": _ratio(*ttft[pair], n=n)}
+              for pair in tpot}
+    return ABCell(input_len=input_len, concurrency=concurrency, medians=medians, ratios=ratios)
+
+
+def _write_engine_ab(root: Path, **changes) -> Path:
+    """evidence/engine-ab/engine-ab.json under ``root``, built with the model the card reads (EngineAB):
+    three cells written out of grid order, one with int8 slower, one whose intervals all include 1.0."""
+    from builder.bundle.engine_evidence import EngineAB, StepBreakdown
+    from builder.constants import ENGINE_AB_EVIDENCE, ENGINE_AB_FILE
+
+    same = (1.01, 0.97, 1.04, "no difference measured")
+    cells = [
+        _ab_cell(32768, 1, tpot={"int8/fp8": (0.88, 0.85, 0.91, "faster"), "int8/bf16": (0.812, 0.79, 0.83, "faster")},
+                 ttft={"int8/fp8": same, "int8/bf16": (1.07, 1.03, 1.10, "slower")}),
+        _ab_cell(8192, 4, tpot={"int8/fp8": same, "int8/bf16": same}, ttft={"int8/fp8": same, "int8/bf16": same}),
+        _ab_cell(8192, 1, tpot={"int8/fp8": (0.93, 0.90, 0.96, "faster"), "int8/bf16": (0.95, 0.91, 0.98, "faster")},
+                 ttft={"int8/fp8": (0.99, 0.95, 1.02, "no difference measured"), "int8/bf16": (0.997, 0.996, 0.998, "faster")}),
+    ]
+
+    def step(arm, length, conc, bound, kind="decode"):
+        return StepBreakdown(arm=arm, input_len=length, concurrency=conc, step_kind=kind, step_us=9000.0,
+                             families={"attention": 2000.0, bound: 6000.0}, bound=bound)
+
+    breakdown = [step("int8", 8192, 1, "GPU idle (host)"), step("fp8", 8192, 1, "GPU idle (host)"),
+                 step("bf16", 32768, 1, "attention"), step("int8", 32768, 1, "attention", kind="mixed")]
+    ab = EngineAB(run="run 2027-01-05-ab (2027-01-05-ab.json)",
+                  label="engine on an H200, small Qwen4Exp with random weights (not the real model)",
+                  hardware="NVIDIA H200 | 141 GB", mtp_k=0, order=["int8", "fp8", "bf16"], cells=cells,
+                  breakdown=breakdown, agreement={"int8 8192x1": 0.012, "fp8 8192x1": 0.031})
+    ab = ab.model_copy(update=changes)
+    path = root / ENGINE_AB_EVIDENCE / ENGINE_AB_FILE
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(ab.model_dump_json(indent=2))
+    return path
+
+
+def _ab_card(tmp_path, **changes):
+    root = tmp_path / "evidence"
+    (root / "kernels").mkdir(parents=True, exist_ok=True)
+    _write_engine_ab(root, **changes)
+    _, text = _card(tmp_path, "h200", kernels_dir=root / "kernels")
+    return _section(text, "What it buys you")
+
+
+def _ab_rows(section: str) -> dict[str, list[str]]:
+    """The Engine A/B table's rows by cell; the header row under "header"."""
+    rows = _table_rows(section.split("Engine A/B, measured", 1)[1])
+    return {"header" if r[0] == "prompt x concurrency" else r[0]: r[1:] for r in rows if not r[0].startswith("---")}
+
+
+def test_the_engine_ab_is_a_table_of_int8_ratios_with_intervals_verdicts_and_a_caption(tmp_path):
+    section = _ab_card(tmp_path)
+    rows = _ab_rows(section)
+    assert rows["header"] == ["int8/fp8 TPOT", "int8/bf16 TPOT", "int8/fp8 TTFT", "int8/bf16 TTFT"]
+    assert [k for k in rows if k != "header"] == ["8K x 1", "8K x 4", "32K x 1"]  # grid order, not the file's
+    assert rows["8K x 1"] == ["0.93x [0.90-0.96] faster", "0.95x [0.91-0.98] faster",
+                              "0.99x [0.95-1.02] no difference measured",
+                              "0.997x [0.996-0.998] faster"]  # three digits: [1.00-1.00] would hide that 1.0 is outside
+    assert rows["32K x 1"][:2] == ["0.88x [0.85-0.91] faster", "0.81x [0.79-0.83] faster"]
+    caption = " ".join(section.split("Engine A/B, measured", 1)[1].split("\n| ", 1)[0].split())
+    assert ("in the engine on an H200, small Qwen4Exp with random weights (not the real model), "
+            "on NVIDIA H200 \\| 141 GB, not on h200") in caption  # the file's text is escaped for the table's markdown
+    assert "served alone in turn (int8, fp8, bf16)" in caption and "MTP off" in caption
+    assert "run 2027-01-05-ab (2027-01-05-ab.json) (`evidence/engine-ab/engine-ab.json` in the qfn-int8kv repository)" in caption
+    assert "median over 5 repeats" in caption and "bootstrap 95% interval" in caption
+    # Over the profiled decode steps only: the mixed step is not counted.
+    assert "the decode step is bound by: GPU idle (host) in 2 of 3, attention in 1 of 3." in caption
+    assert "a second run's median TPOT was within 3.1% of this run's over the 2 arm and cell pairs compared" in caption
+    assert "MTP on (k=4)" in _ab_card(tmp_path, mtp_k=4)
+
+
+def test_an_engine_ab_cell_where_int8_is_slower_says_slower(tmp_path):
+    rows = _ab_rows(_ab_card(tmp_path))
+    assert rows["32K x 1"][3] == "1.07x [1.03-1.10] slower"
+
+
+def test_an_engine_ab_interval_that_includes_one_says_no_difference_measured(tmp_path):
+    rows = _ab_rows(_ab_card(tmp_path))
+    assert rows["8K x 4"] == ["1.01x [0.97-1.04] no difference measured"] * 4
+    assert rows["32K x 1"][2] == "1.01x [0.97-1.04] no difference measured"
+
+
+def test_without_the_engine_ab_file_there_is_no_table(tmp_path):
+    root = tmp_path / "evidence"
+    (root / "kernels").mkdir(parents=True)
+    _, text = _card(tmp_path, "h200", kernels_dir=root / "kernels")
+    assert "Engine A/B" not in text and "int8/fp8 TPOT" not in text
+    # Nor without the patch series: the engine evidence comes with the kernels'.
+    _write_engine_ab(root)
+    _, plain = _card(tmp_path, "h200")
+    assert "Engine A/B" not in plain
+
+
+def test_an_invalid_engine_ab_file_is_an_error_naming_it_and_how_to_regenerate(tmp_path):
+    root = tmp_path / "evidence"
+    (root / "kernels").mkdir(parents=True)
+    path = _write_engine_ab(root)
+    command = "python -m benchmarks.engine.ab_report --run NAME=SUMMARY --out evidence/engine-ab"
+    path.write_text(json.dumps({"run": "x", "cells": [{"input_len": 8192}]}))
+    with pytest.raises(RenderError, match="engine-ab.json: not an engine A/B") as caught:
+        _card(tmp_path, "h200", kernels_dir=root / "kernels")
+    assert str(path) in caught.value.message and command in caught.value.hint
+    # A verdict its own interval does not give is refused too, never printed.
+    data = json.loads(_write_engine_ab(root).read_text())
+    data["cells"][1]["ratios"]["int8/fp8"]["median_tpot_ms"]["verdict"] = "faster"  # 8K x 4: [0.97-1.04]
+    path.write_text(json.dumps(data))
+    with pytest.raises(RenderError, match="cell 8K x 4, int8/fp8 TPOT: the verdict 'faster' does not follow") as caught:
+        _card(tmp_path, "h200", kernels_dir=root / "kernels")
+    assert str(path) in caught.value.message and command in caught.value.hint
+
+
+def test_the_engine_ab_folder_says_what_it_holds_without_a_readme(tmp_path):
+    _, text = _card(tmp_path, files=("README.md", "evidence/engine-ab/engine-ab.json"))
+    assert "| `evidence/engine-ab/` | engine A/B of int8, fp8 and bf16 KV, each served alone" in _section(text, "Files")
