@@ -84,7 +84,8 @@ class RatioEstimate(Estimate):
 
 
 class ABCell(BaseModel):
-    """One cell of the grid: every arm's medians, and int8's ratios to the others."""
+    """One cell of the grid: every arm's medians, int8's ratios to the others, and each variant arm's to
+    its base arm ('int8-pinned/int8')."""
 
     model_config = ConfigDict(frozen=True)
 
@@ -104,12 +105,15 @@ class StepBreakdown(BaseModel):
     input_len: int = Field(gt=0)
     concurrency: int = Field(gt=0)
     step_kind: Literal["decode", "mixed"]
-    step_us: float = Field(gt=0)
+    step_us: float = Field(gt=0, description="Mean wall time per step: the families sum to it (less overlap).")
+    step_us_median: float | None = Field(default=None, gt=0,
+                                         description="Median wall time per step: what the measured ITL p50 is held to.")
     families: dict[str, float] = Field(description="us per step per kernel family, then the GPU's idle time.")
     idle_after: dict[str, float] = Field(default_factory=dict,
                                          description="The idle time by the GPU work each gap follows.")
     measured_itl_ms: float | None = Field(default=None, description="The timed repeats' median ITL p50.")
-    accounting_gap: float | None = Field(default=None, description="|profiled step - measured ITL| / measured ITL.")
+    accounting_gap: float | None = Field(default=None,
+                                         description="|profiled median step - measured ITL p50| / measured ITL p50.")
     bound: str = Field(description="What bounds the step: the largest row of `families`.")
 
 
@@ -128,3 +132,4 @@ class EngineAB(BaseModel):
     agreement: dict[str, float] = Field(
         default_factory=dict,
         description="'ARM LENxCONC' -> |median TPOT of a second run - this run's| / this run's, where one was given.")
+    agreement_run: str | None = Field(default=None, description="The second run `agreement` compares with.")
