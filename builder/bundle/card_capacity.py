@@ -20,6 +20,7 @@ from builder.bundle.engine_evidence import (
     EngineFidelityCheck,
     EnginePoolCheck,
     RatioEstimate,
+    verdict_of,
 )
 from builder.constants import (
     ENGINE_AB_EVIDENCE,
@@ -307,17 +308,13 @@ def engine_fidelity_note(path: Path) -> str | None:
 def _ratio_text(r: RatioEstimate, metric: str) -> str | None:
     """'0.93x [0.90-0.96] faster'; None for an interval upside down, or a verdict other than the one
     its interval gives (the card must never call a difference the interval does not show)."""
-    lower_is_better = metric not in HIGHER_IS_BETTER
     if r.low > r.high:
         return None
-    if r.low <= 1.0 <= r.high:
-        verdict = "no difference measured"
-    else:
-        verdict = "faster" if (r.high < 1.0) == lower_is_better else "slower"
+    verdict = verdict_of(low=r.low, high=r.high, n=r.n, lower_is_better=metric not in HIGHER_IS_BETTER)
     if verdict != r.verdict:
         return None
     # Enough digits that an interval excluding 1.0 does not print a bound of 1.00.
-    digits = 2 if verdict == "no difference measured" or "1.00" not in (f"{r.low:.2f}", f"{r.high:.2f}") else 3
+    digits = 2 if r.low <= 1.0 <= r.high or "1.00" not in (f"{r.low:.2f}", f"{r.high:.2f}") else 3
     return f"{r.value:.{digits}f}x [{r.low:.{digits}f}-{r.high:.{digits}f}] {verdict}"
 
 

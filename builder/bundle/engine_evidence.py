@@ -65,7 +65,20 @@ AB_METRICS = ("median_ttft_ms", "median_tpot_ms", "median_itl_ms", "p99_itl_ms",
 HIGHER_IS_BETTER = frozenset({"output_throughput"})
 #: The ratios the card states: int8 over each other KV dtype, arms by their A/B labels.
 AB_RATIOS = (("int8", "fp8"), ("int8", "bf16"))
-Verdict = Literal["faster", "slower", "no difference measured"]
+Verdict = Literal["faster", "slower", "no difference measured", "too few repeats"]
+#: A ratio over fewer repeats than this (on either arm) gets no verdict: a percentile bootstrap of a
+#: median over 2-4 repeats excludes 1.0 far more often than 5% of the time when the arms are alike.
+MIN_VERDICT_REPEATS = 5
+
+
+def verdict_of(*, low: float, high: float, n: int, lower_is_better: bool) -> Verdict:
+    """The numerator arm's verdict on a ratio with interval [low, high] over n repeats: faster or slower
+    only where the interval excludes 1.0 and both arms have MIN_VERDICT_REPEATS repeats."""
+    if n < MIN_VERDICT_REPEATS:
+        return "too few repeats"
+    if low <= 1.0 <= high:
+        return "no difference measured"
+    return "faster" if (high < 1.0) == lower_is_better else "slower"
 
 
 class Estimate(BaseModel):
@@ -80,7 +93,7 @@ class Estimate(BaseModel):
 
 
 class RatioEstimate(Estimate):
-    verdict: Verdict = Field(description="The numerator arm's, only where the interval excludes 1.0.")
+    verdict: Verdict = Field(description="The numerator arm's (verdict_of): only where the interval excludes 1.0.")
 
 
 class ABCell(BaseModel):

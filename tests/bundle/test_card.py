@@ -385,6 +385,21 @@ def test_an_engine_ab_interval_that_includes_one_says_no_difference_measured(tmp
     assert rows["32K x 1"][2] == "1.01x [0.97-1.04] no difference measured"
 
 
+def test_an_engine_ab_ratio_over_too_few_repeats_states_no_verdict_and_a_verdict_there_is_refused(tmp_path):
+    """Over 3 repeats an interval that excludes 1.0 still gets no verdict (the bootstrap is too eager there);
+    a file calling it faster is refused, never printed."""
+    few = _ab_cell(8192, 1, tpot={"int8/fp8": (0.80, 0.75, 0.85, "too few repeats"),
+                                  "int8/bf16": (1.01, 0.97, 1.04, "too few repeats")},
+                   ttft={"int8/fp8": (0.80, 0.75, 0.85, "too few repeats"),
+                         "int8/bf16": (0.80, 0.75, 0.85, "too few repeats")}, n=3)
+    rows = _ab_rows(_ab_card(tmp_path, cells=[few]))
+    assert rows["8K x 1"][:2] == ["0.80x [0.75-0.85] too few repeats", "1.01x [0.97-1.04] too few repeats"]
+    eager = few.model_copy(update={"ratios": {**few.ratios, "int8/fp8": {
+        **few.ratios["int8/fp8"], "median_tpot_ms": _ratio(0.80, 0.75, 0.85, "faster", n=3)}}})
+    with pytest.raises(RenderError, match="the verdict 'faster' does not follow"):
+        _ab_card(tmp_path, cells=[eager])
+
+
 def test_without_the_engine_ab_file_there_is_no_table(tmp_path):
     root = tmp_path / "evidence"
     (root / "kernels").mkdir(parents=True)

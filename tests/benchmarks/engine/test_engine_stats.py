@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import statistics
 
+import random
+
 import pytest
 
 from benchmarks.engine import stats
@@ -113,7 +115,7 @@ def test_a_ratio_needs_repeats_on_both_arms_and_a_denominator_above_zero():
 
 
 def test_a_resampled_zero_denominator_counts_as_infinite_rather_than_failing():
-    r = stats.ratio_interval([1.0, 1.0, 1.0], [0.0, 2.0, 2.0], seed="s", resamples=2000)
+    r = stats.ratio_interval([1.0] * 5, [0.0, 0.0, 2.0, 2.0, 2.0], seed="s", resamples=2000)
     assert r.value == 0.5 and r.high == float("inf")
     assert stats.verdict(r, lower_is_better=True) == "no difference measured"
 
@@ -124,3 +126,29 @@ def test_the_run_spread_is_the_second_runs_relative_move_either_way():
     assert stats.run_spread(10.0, 10.4) <= stats.RUN_AGREEMENT < stats.run_spread(10.0, 10.6)
     with pytest.raises(ValueError, match="first run's median is 0"):
         stats.run_spread(0.0, 1.0)
+
+
+def alike_arms(n: int, trials: int = 300) -> tuple[float, float]:
+    """Two arms drawn from one distribution, `n` repeats each, `trials` times (seeded): how often the
+    ratio's interval excludes 1.0, and how often the verdict calls one arm faster or slower."""
+    rng = random.Random(1)
+    excluded = called = 0
+    for t in range(trials):
+        a, b = [rng.gauss(10, 0.5) for _ in range(n)], [rng.gauss(10, 0.5) for _ in range(n)]
+        r = stats.ratio_interval(a, b, seed=str(t), resamples=1000)
+        excluded += r.excludes(1.0)
+        called += stats.verdict(r, lower_is_better=True) in ("faster", "slower")
+    return excluded / trials, called / trials
+
+
+def test_alike_arms_are_rarely_called_different_and_never_below_the_minimum_repeats():
+    """The percentile bootstrap of a median is too eager over 3 repeats: its interval excludes 1.0 for
+    more than 1 alike pair in 10, so below MIN_VERDICT_REPEATS there is no verdict at all; at 5 the
+    share called different stays under the interval's nominal 5%."""
+    from builder.bundle.engine_evidence import MIN_VERDICT_REPEATS
+
+    assert MIN_VERDICT_REPEATS == 5
+    excluded, called = alike_arms(3)
+    assert excluded > 0.10 and called == 0.0
+    excluded, called = alike_arms(5)
+    assert called == excluded < 0.05
