@@ -17,14 +17,15 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import dataclass
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from benchmarks.engine import page_cache
 from benchmarks.engine import servers as sv
-from benchmarks.engine.phases import BENCH_CONCURRENCY, BENCH_LENGTHS, BENCH_OUTPUT_TOKENS, error_text
+from benchmarks.engine.phases import (BENCH_CONCURRENCY, BENCH_LENGTHS, BENCH_OUTPUT_TOKENS, cell_name, cell_workload,
+                                     error_text, grid)
 from benchmarks.engine.servers import log
 
 if TYPE_CHECKING:
@@ -49,12 +50,16 @@ SWEEP_SEED = 0
 SWEEP_SLO = {"ttft_ms": 1000.0, "tpot_ms": 20.0}
 
 
+def reserved_s(*, arms_left: int, start_s: float) -> float:
+    """What `arms_left` arms (this one included) keep back of the run: the later arms' start-ups, each
+    taken as this one's but at most LATER_START_S, and every arm's stop."""
+    return (arms_left - 1) * min(start_s, LATER_START_S) + arms_left * ARM_STOP_S
+
+
 def arm_seconds(*, left: float, arms_left: int, start_s: float) -> float:
     """The measuring time of an arm that is up, with `left` seconds of the run and `arms_left` arms
-    still to measure (this one included): an even share of what the later arms' start-ups and every
-    stop leave."""
-    later_starts = (arms_left - 1) * min(start_s, LATER_START_S)
-    return max(0.0, (left - later_starts - arms_left * ARM_STOP_S) / arms_left)
+    still to measure (this one included): an even share of what reserved_s leaves."""
+    return max(0.0, (left - reserved_s(arms_left=arms_left, start_s=start_s)) / arms_left)
 
 
 def ab_args(*, profile_dir: Path | None) -> list[str]:
@@ -120,16 +125,6 @@ def parse_order(text: str, labels: tuple[str, ...]) -> tuple[str, ...]:
     return order
 
 
-def cell_name(length: int, conc: int) -> str:
-    return f"in{length}-c{conc}"
-
-
-def workload(length: int, conc: int):
-    from builder.measure import client as bench
-
-    return bench.Workload(cell_name(length, conc), "concurrency", length, BENCH_OUTPUT_TOKENS, max(conc, 2), conc)
-
-
 async def cell_prompts(client, server: dict, length: int, conc: int, cache: Path) -> list[str]:
     """The cell's prompts, fitted once on the first arm's server and kept under the state: every arm and
     every later run sends exactly these (same tokenizer; fitting a 128K prompt costs seconds)."""
@@ -139,7 +134,7 @@ async def cell_prompts(client, server: dict, length: int, conc: int, cache: Path
     if path.is_file():
         return json.loads(path.read_text())
     prompts = await bench.workload_prompts(client, server["url"], server["cfg"].model.served_name,
-                                           workload(length, conc), nonce=f"ab-{length}x{conc}")
+                                           cell_workload(length, conc), nonce=f"ab-{length}x{conc}")
     cache.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(prompts))
     return prompts
@@ -161,7 +156,7 @@ async def profile_pass(client, server: dict, length: int, conc: int, prompts: li
     await client.post(f"{server['url']}/start_profile", json={"profile_prefix": cell_name(length, conc)}, timeout=60)
     try:
         res = await bench.run_workload(client, server["url"], server["cfg"].model.served_name,
-                                       workload(length, conc), nonce=f"ab-{length}x{conc}", prompts=prompts)
+                                       cell_workload(length, conc), nonce=f"ab-{length}x{conc}", prompts=prompts)
     finally:
         await client.post(f"{server['url']}/stop_profile", timeout=TRACE_WAIT_S)
     deadline = time.monotonic() + TRACE_WAIT_S
@@ -203,7 +198,7 @@ async def run_arm(server: dict, label: str, *, cells: list[tuple[int, int]], rep
         for length, conc in sorted({(BENCH_LENGTHS[0], 4), (max(n for n, _ in cells), 1)}) if warm_up else ():
             try:
                 warm = await cell_prompts(client, server, length, conc, state / "ab-prompts")
-                await bench.run_workload(client, url, model, workload(length, conc), prompts=warm,
+                await bench.run_workload(client, url, model, cell_workload(length, conc), prompts=warm,
                                          nonce=f"ab-{length}x{conc}")
             except Exception as exc:
                 log(f"ab warm-up {label} {cell_name(length, conc)}: {error_text(exc, 300)}")
@@ -233,7 +228,7 @@ async def run_arm(server: dict, label: str, *, cells: list[tuple[int, int]], rep
                 try:
                     prompts = await cell_prompts(client, server, length, conc, state / "ab-prompts")
                     token = telemetry.begin()
-                    res = await bench.run_workload(client, url, model, workload(length, conc),
+                    res = await bench.run_workload(client, url, model, cell_workload(length, conc),
                                                    nonce=f"ab-{length}x{conc}", prompts=prompts)
                     res["telemetry"] = telemetry.end(token)
                 except Exception as exc:
@@ -292,10 +287,6 @@ def cold_start(state: Path) -> dict:
             "resident_after_evict": page_cache.resident(files)["resident"]}
 
 
-def grid(cells_wanted: frozenset[tuple[int, int]] | None) -> list[tuple[int, int]]:
-    return [(n, c) for n in BENCH_LENGTHS for c in BENCH_CONCURRENCY if cells_wanted is None or (n, c) in cells_wanted]
-
-
 def measure_ab(transport, *, clock: Clock, work: Path, summary: dict, deliver: Callable[[], None], order: tuple[str, ...],
                mtp_k: int, cells_wanted: frozenset[tuple[int, int]] | None, repeats: int, profile: bool,
                started: dict, layout: str = "tp1", sweep_rates: tuple[float, ...] = ()) -> None:
@@ -328,7 +319,7 @@ def measure_ab(transport, *, clock: Clock, work: Path, summary: dict, deliver: C
                                        mtp_k=mtp_k, max_num_seqs=max(BENCH_CONCURRENCY))
             started[label] = servers[base]
             t0 = time.monotonic()
-            wait_s = clock.left() - (arms_left - 1) * LATER_START_S - arms_left * ARM_STOP_S
+            wait_s = clock.left() - reserved_s(arms_left=arms_left, start_s=LATER_START_S)
             states = sv.wait_servers(servers, timeout_s=max(30.0, wait_s))
             arm.update(sv.server_summary(servers, states)[base])
             if states[base] != "ready":

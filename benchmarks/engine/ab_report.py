@@ -28,8 +28,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from benchmarks.engine import breakdown as bd
+from benchmarks.engine import report
 from benchmarks.engine import stats
-from benchmarks.engine.ab import VARIANTS, cell_name, split_label
+from benchmarks.engine.ab import VARIANTS, split_label
+from benchmarks.engine.phases import cell_name
 from builder.bundle.engine_evidence import (AB_METRICS, AB_RATIOS, HIGHER_IS_BETTER, ABCell, EngineAB, Estimate,
                                             RatioEstimate, StepBreakdown)
 from builder.constants import ENGINE_AB_FILE
@@ -52,12 +54,8 @@ class Refused(Exception):
 
 
 @dataclass(frozen=True)
-class Run:
-    """One A/B summary: the name its run goes by (given with --run), its file's name, its content."""
-
-    name: str
-    file: str
-    summary: dict
+class Run(report.Run):
+    """One A/B summary (report.Run: its run's name, its file's name, its content)."""
 
     @property
     def ab(self) -> dict:

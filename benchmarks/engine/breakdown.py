@@ -154,14 +154,13 @@ def _number(x: object) -> bool:
     return isinstance(x, (int, float)) and not isinstance(x, bool)
 
 
-def _union(spans: list[tuple[float, float]], labels: list[str] | None = None) -> tuple[list[float], list[float], list[str]]:
+def _union(spans: list[tuple[float, float]], labels: list[str]) -> tuple[list[float], list[float], list[str]]:
     """Sorted spans merged into disjoint ones (starts, ends), both increasing, for bisecting, and the
     label of the span that ends each merged one."""
     starts: list[float] = []
     ends: list[float] = []
     last: list[str] = []
-    for i, (a, b) in enumerate(spans):
-        label = labels[i] if labels is not None else ""
+    for (a, b), label in zip(spans, labels):
         if starts and a <= ends[-1]:
             if b >= ends[-1]:
                 ends[-1], last[-1] = b, label

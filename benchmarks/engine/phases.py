@@ -58,15 +58,30 @@ def parse_phases(text: str) -> tuple[str, ...]:
     return phases
 
 
+def grid(cells_wanted: frozenset[tuple[int, int]] | None = None) -> list[tuple[int, int]]:
+    """The bench grid's cells in order (length, then concurrency), or only those of `cells_wanted`."""
+    return [(n, c) for n in BENCH_LENGTHS for c in BENCH_CONCURRENCY if cells_wanted is None or (n, c) in cells_wanted]
+
+
+def cell_name(length: int, conc: int) -> str:
+    return f"in{length}-c{conc}"
+
+
+def cell_workload(length: int, conc: int):
+    """The cell's requests: max(conc, 2) prompts of `length` tokens, BENCH_OUTPUT_TOKENS out, `conc` at once."""
+    from builder.measure import client as bench
+
+    return bench.Workload(cell_name(length, conc), "concurrency", length, BENCH_OUTPUT_TOKENS, max(conc, 2), conc)
+
+
 def parse_bench_cells(text: str) -> frozenset[tuple[int, int]] | None:
     """'131072x4,131072x16' -> {(131072, 4), (131072, 16)}; '' -> None (every cell)."""
     if not text.strip():
         return None
-    grid = {(n, c) for n in BENCH_LENGTHS for c in BENCH_CONCURRENCY}
     cells = set()
     for item in filter(None, (x.strip() for x in text.split(","))):
         length, sep, conc = item.partition("x")
-        if not sep or not length.isdigit() or not conc.isdigit() or (int(length), int(conc)) not in grid:
+        if not sep or not length.isdigit() or not conc.isdigit() or (int(length), int(conc)) not in grid():
             raise ValueError(f"{item!r} is not a grid cell; choose LENxCONC with LEN in {BENCH_LENGTHS} "
                              f"and CONC in {BENCH_CONCURRENCY}")
         cells.add((int(length), int(conc)))
@@ -216,12 +231,10 @@ async def run_bench(servers: dict, ready: list[str], work: Path, clock: Clock, r
                 await bench.run_workload(client, servers[label]["url"], servers[label]["cfg"].model.served_name, warm)
             except Exception as exc:
                 log(f"bench warm-up {label}: {error_text(exc, 300)}")
-        for repeat, length, conc in itertools.product(range(repeats), BENCH_LENGTHS, BENCH_CONCURRENCY):
-            if cells_wanted is not None and (length, conc) not in cells_wanted:
-                continue
+        for repeat, (length, conc) in itertools.product(range(repeats), grid(cells_wanted)):
             order = arm_order(ready, length, conc, repeat)
             tokens = length * max(conc, 2)
-            wl = bench.Workload(f"in{length}-c{conc}", "concurrency", length, BENCH_OUTPUT_TOKENS, max(conc, 2), conc)
+            wl = cell_workload(length, conc)
             # One set of prompts per cell and pass, sent to every arm: the arms prefill the same tokens
             # (every server has its own prefix cache), and fitting 128K-token prompts is paid once.
             nonce, prompts = secrets.token_hex(4), None

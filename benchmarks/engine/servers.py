@@ -265,7 +265,6 @@ def server_summary(servers: dict, states: dict[str, str]) -> dict:
                 "root_cause": root_cause(servers[k]["log"])} for k, v in states.items()}
 
 
-
 def host_facts() -> dict:
     """The machine a run measured on: GPU, driver, clocks it may run at, persistence, CPUs, kernel."""
     import platform

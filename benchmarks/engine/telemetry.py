@@ -110,6 +110,8 @@ class Telemetry:
     def __init__(self, *, out: Path, sid: int | None = None) -> None:
         self.out, self.sid = out, sid
         self.proc: subprocess.Popen | None = None
+        self._samples: list[GpuSample] = []
+        self._read = 0  # bytes of `out` already parsed into _samples
         if shutil.which("nvidia-smi"):
             self.handle = out.open("w")
             self.proc = subprocess.Popen(
@@ -117,10 +119,17 @@ class Telemetry:
                  f"-lms={SAMPLE_MS}"], stdout=self.handle, stderr=subprocess.DEVNULL)
 
     def samples(self) -> list[GpuSample]:
+        """Every sample so far; each call parses only the whole lines written since the last."""
         if self.proc is None or not self.out.is_file():
             return []
-        got = (parse_sample(line) for line in self.out.read_text(errors="replace").splitlines())
-        return [s for s in got if s is not None]
+        with self.out.open("rb") as f:
+            f.seek(self._read)
+            new = f.read()
+        whole = new[:new.rfind(b"\n") + 1]  # a line still being written waits for the next call
+        self._read += len(whole)
+        got = (parse_sample(line) for line in whole.decode(errors="replace").splitlines())
+        self._samples += [s for s in got if s is not None]
+        return self._samples
 
     def begin(self) -> dict:
         return {"t": time.time(), "cpu": cpu_times(), "server_cpu_s": session_cpu_s(self.sid) if self.sid else None,
