@@ -258,6 +258,12 @@ class RequestOutput:
     events: int = 0
 
     @property
+    def tpot(self) -> float | None:
+        """Time per output token after the first, (E2EL - TTFT) / (completion_tokens - 1), as
+        `vllm bench serve` computes it; None with fewer than two tokens."""
+        return (self.latency - self.ttft) / (self.output_tokens - 1) if self.output_tokens > 1 else None
+
+    @property
     def decode_tok_s(self) -> float | None:
         """Per-request decode speed: (completion_tokens - 1) / (E2EL - TTFT)."""
         span = self.latency - self.ttft
@@ -402,9 +408,7 @@ def describe(values: Sequence[float], name: str, *, scale: float = 1.0, unit: st
 def summarize(outputs: Sequence[RequestOutput], duration_s: float) -> dict[str, Any]:
     """vLLM-style result dict for one run of requests that took `duration_s` wall seconds."""
     ok = [o for o in outputs if o.success]
-    tpots = [
-        (o.latency - o.ttft) / (o.output_tokens - 1) for o in ok if o.output_tokens > 1
-    ]
+    tpots = [t for o in ok if (t := o.tpot) is not None]
     total_in = sum(o.prompt_tokens for o in ok)
     total_out = sum(o.output_tokens for o in ok)
     dur = duration_s if duration_s > 0 else float("nan")
@@ -622,8 +626,7 @@ def goodput(outputs: Sequence[RequestOutput], duration_s: float, *, ttft_ms: flo
     """Requests per second that succeeded within both limits (`vllm bench serve --goodput ttft:X tpot:Y`):
     TTFT at most ttft_ms, and time per output token after the first at most tpot_ms."""
     def within(o: RequestOutput) -> bool:
-        tpot = (o.latency - o.ttft) / (o.output_tokens - 1) if o.output_tokens > 1 else 0.0
-        return o.success and o.ttft * 1000 <= ttft_ms and tpot * 1000 <= tpot_ms
+        return o.success and o.ttft * 1000 <= ttft_ms and (o.tpot or 0.0) * 1000 <= tpot_ms
 
     return sum(1 for o in outputs if within(o)) / duration_s if duration_s > 0 else 0.0
 
