@@ -132,7 +132,7 @@ class Telemetry:
         return self._samples
 
     def begin(self) -> dict:
-        return {"t": time.time(), "cpu": cpu_times(), "server_cpu_s": session_cpu_s(self.sid) if self.sid else None,
+        return {"t": time.time(), "cpu": cpu_times(), "server_cpu_s": session_cpu_s(self.sid) if self.sid is not None else None,
                 "loadavg_1m": loadavg()}
 
     def end(self, token: dict) -> dict:

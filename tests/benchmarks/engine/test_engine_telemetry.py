@@ -168,6 +168,16 @@ def test_without_a_server_sid_the_host_record_has_no_server_cpu(tmp_path, monkey
     assert "server_cpu_s" not in t.end(t.begin())["host"]
 
 
+def test_session_zero_is_a_session_too(tmp_path, monkeypatch):
+    # In a container whose session leader lies outside its PID namespace, getsid() is 0.
+    seen = []
+    monkeypatch.setattr(tm, "session_cpu_s", lambda sid: seen.append(sid) or 1.5 * len(seen))
+    monkeypatch.setenv("PATH", str(tmp_path))
+    t = tm.Telemetry(out=tmp_path / "gpu.csv", sid=0)
+    got = t.end(t.begin())
+    assert seen == [0, 0] and got["host"]["server_cpu_s"] == 1.5
+
+
 FAKE_NVIDIA_SMI = """#!{python}
 import signal, sys, time
 from datetime import datetime
