@@ -4,13 +4,13 @@ driver (gates, fidelity against bf16 KV, the bench grid) through one of two tran
   python -m benchmarks.engine run --out DIR [--python VENV/bin/python]    here, on this machine's GPU
   python -m benchmarks.engine prepare --out DIR --repo-root CHECKOUT       for a remote GPU host: DIR/run
                                                                            (repo files), DIR/pieces, and
-                                                                           DIR/calls.json, its commands
+                                                                           DIR/commands.json, its commands
   python -m benchmarks.engine wheels                                       fetch the locked runtime wheels
 
 `run` (local transport) serves from an environment that already has the patched vLLM; it refuses, before
 starting anything, a --python without vllm==0.33.0 or a machine without a GPU. `prepare` (chunked
 transport) cuts the engine tree, wheels and tokenizer into pieces that fit the runner's commands; run
-the commands calls.json lists back to back on one machine: each `land` leaves its piece in that machine's
+the commands commands.json lists back to back on one machine: each `land` leaves its piece in that machine's
 state, where the next command finds it. The measuring options (--phases, --layout, --graphs,
 --bench-cells, --bench-repeats, --budget-s) are the same for both.
 """

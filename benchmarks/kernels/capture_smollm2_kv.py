@@ -5,7 +5,7 @@ dequantizes it with the gguf package. Nothing is fetched from a hub. Output: a
 .pt with fp16 tensors k and v [layers, tokens, kv_heads, 64] for a slice of
 consecutive layers and q [layers, query_rows, q_heads, 64] for the LAST
 query_rows positions (the rows with the longest causal context; fp16 and the
-query slice keep the file small enough to carry to the GPU machine). 8192
+query slice keep the file small enough to send to the GPU machine). 8192
 tokens (SmolLM2's context) give windows up to 8192. Used by
 benchmarks.kernels.accuracy and tests/gpu/test_qsa_int8.py. Not committed; regenerate:
 

@@ -57,8 +57,8 @@ LIBTRITON = "triton/_C/libtriton.so"
 #: x86 branch conversion first (libtriton and ptxas are most of the bytes), then LZMA2 with a dictionary
 #: as large as libtriton. Plain `xz -d` unpacks it.
 XZ_FILTERS = ({"id": lzma.FILTER_X86}, {"id": lzma.FILTER_LZMA2, "preset": 9 | lzma.PRESET_EXTREME, "dict_size": 192 << 20})
-#: The remote runner's per-call carry; the repository's tracked files travel in it too.
-CARRY_LIMIT_BYTES = 64 << 20
+#: What one command of a remote runner may upload; the repository's tracked files travel in it too.
+UPLOAD_LIMIT_BYTES = 64 << 20
 
 
 class PackError(SystemExit):
@@ -126,10 +126,10 @@ def pack(*, wheel: Path, version: str, out: Path) -> dict:
             tar.addfile(member, io.BytesIO(data))
             kept += 1
     size, repo = tmp.stat().st_size, repo_bytes()
-    if size + repo > CARRY_LIMIT_BYTES:
+    if size + repo > UPLOAD_LIMIT_BYTES:
         tmp.unlink()
         raise PackError(f"the trimmed archive ({size / 2**20:.1f} MiB) and the repository's tracked files "
-                        f"({repo / 2**20:.1f} MiB) exceed one call's {CARRY_LIMIT_BYTES >> 20} MiB carry: "
+                        f"({repo / 2**20:.1f} MiB) exceed one command's {UPLOAD_LIMIT_BYTES >> 20} MiB upload: "
                         "add what the kernels do not load to DROP_PREFIXES")
     tmp.replace(out)
     manifest = {"wheel": wheel.name, "wheel_sha256": sha256_file(wheel),

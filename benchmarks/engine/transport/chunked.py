@@ -4,7 +4,7 @@ returns a few files of bounded size. Those three bounds are parameters (`Chunked
 `ChunkedTransport`), today's runner's values their defaults.
 
 Here (`ChunkedSender.prepare`, via `python -m benchmarks.engine prepare`): the repo files the driver
-imports (DIR/run), the payload in pieces with its manifest (DIR/pieces, payload.py) and DIR/calls.json,
+imports (DIR/run), the payload in pieces with its manifest (DIR/pieces, payload.py) and DIR/commands.json,
 the commands to run on the GPU host in order, each with the paths it sends. There, from DIR/run:
 
   python3 -m benchmarks.engine.transport.chunked land    --pieces ../pieces --state STATE
@@ -159,7 +159,7 @@ class ChunkedSender:
                  graphs: bool = False, triton_cache: bool = False, measure_args: tuple[str, ...] = ()) -> list[dict]:
         """One command per piece; the last one also measures, with measure_args (--phases, --bench-cells,
         --bench-repeats) added. Each runs from the run tree's root, so `python3 -m` finds the harness;
-        `carry` lists the paths, relative to the checkout's root, the remote runner sends with it, and
+        `send` lists the paths, relative to the checkout's root, the remote runner sends with it, and
         `kind` the machine it must ask for."""
         if not 0 < budget_s <= self.max_budget_s:
             raise EngineHarnessError(f"a measuring budget of {budget_s} s does not fit one command",
@@ -179,15 +179,15 @@ class ChunkedSender:
                 f"{''.join(' ' + shlex.quote(a) for a in measure_args)} 2>&1 | tee $OUT/driver.log"
                 if last else f"{host} land {where}"
             )
-            carry = [run, f"{sent}/{MANIFEST}", f"{sent}/{piece}", *([caches] if last and triton_cache else [])]
-            calls.append({"carry": carry, "command": cmd, "timeout_s": budget_s + MEASURE_SLACK_S if last else LAND_S,
+            send = [run, f"{sent}/{MANIFEST}", f"{sent}/{piece}", *([caches] if last and triton_cache else [])]
+            calls.append({"send": send, "command": cmd, "timeout_s": budget_s + MEASURE_SLACK_S if last else LAND_S,
                           "kind": LAYOUT_KINDS[layout]})
         return calls
 
     def prepare(self, *, out: Path, repo_root: Path, budget_s: int, layout: str = "tp1", graphs: bool = False,
                 triton_cache: Path | None = None, measure_args: tuple[str, ...] = (),
                 triton: Path | None = None) -> dict:
-        """DIR/run, DIR/pieces (manifest + pieces), DIR/caches and DIR/calls.json, with DIR = out."""
+        """DIR/run, DIR/pieces (manifest + pieces), DIR/caches and DIR/commands.json, with DIR = out."""
         from benchmarks.engine.lock import fetch_wheels
         from benchmarks.engine.transport.payload import assemble
         from builder.atomic import replace_dir
@@ -228,8 +228,8 @@ class ChunkedSender:
         calls = self.commands(repo_rel=str(out.relative_to(repo_root)), pieces=[p.name for p in manifest.pieces],
                               budget_s=budget_s, layout=layout, graphs=graphs, triton_cache=triton_cache is not None,
                               measure_args=measure_args)
-        (out / "calls.json").write_text(json.dumps(calls, indent=2) + "\n")
-        return {"pieces": [(p.name, p.size) for p in manifest.pieces], "calls": calls}
+        (out / "commands.json").write_text(json.dumps(calls, indent=2) + "\n")
+        return {"pieces": [(p.name, p.size) for p in manifest.pieces], "commands": calls}
 
 
 # ---------------------------------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""The chunked transport: the commands calls.json lists, what `prepare` refuses before writing anything,
+"""The chunked transport: the commands commands.json lists, what `prepare` refuses before writing anything,
 the runner's limits as parameters (piece size, seconds per command, size of a returned file), and the GPU
 host's side: landing, installing, the environment the servers get, Triton's cache going back and forth."""
 
@@ -74,8 +74,8 @@ def test_arguments_are_checked(tmp_path, capsys):
 
 def test_one_command_per_piece_the_last_measures(tmp_path):
     calls = SENDER.commands(repo_rel=".dev/e", pieces=["piece-00", "piece-01", "piece-02"], budget_s=200)
-    assert [c["carry"][-1] for c in calls] == [".dev/e/pieces/piece-00", ".dev/e/pieces/piece-01", ".dev/e/pieces/piece-02"]
-    assert all(c["carry"][:2] == [".dev/e/run", ".dev/e/pieces/manifest.json"] for c in calls)
+    assert [c["send"][-1] for c in calls] == [".dev/e/pieces/piece-00", ".dev/e/pieces/piece-01", ".dev/e/pieces/piece-02"]
+    assert all(c["send"][:2] == [".dev/e/run", ".dev/e/pieces/manifest.json"] for c in calls)
     assert all(" land " in c["command"] for c in calls[:-1])
     assert " measure " in calls[-1]["command"] and "--budget-s 200" in calls[-1]["command"]
     assert calls[-1]["timeout_s"] > 200
@@ -112,7 +112,7 @@ def test_prepare_hands_the_ab_options_to_the_measuring_command_as_checked(tmp_pa
     from benchmarks.engine.__main__ import main
 
     seen = {}
-    monkeypatch.setattr(chunked.ChunkedSender, "prepare", lambda self, **kw: seen.update(kw) or {"calls": []})
+    monkeypatch.setattr(chunked.ChunkedSender, "prepare", lambda self, **kw: seen.update(kw) or {"commands": []})
     assert main(["prepare", "--out", str(tmp_path / "e"), "--repo-root", str(tmp_path), "--phases", "ab",
                  "--ab-order", "int8-pinned-cold, int8", "--ab-sweep", "2,0.5", "--ab-mtp", "4",
                  "--ab-no-profile"]) == 0
@@ -184,9 +184,9 @@ def test_tp2_ep_commands_ask_for_the_two_gpu_kind(tmp_path):
 def test_the_measuring_command_sends_the_cache_only_when_asked(tmp_path):
     plain = SENDER.commands(repo_rel=".dev/e", pieces=["piece-00", "piece-01"], budget_s=510)
     cached = SENDER.commands(repo_rel=".dev/e", pieces=["piece-00", "piece-01"], budget_s=510, triton_cache=True)
-    assert "--triton-cache" not in plain[-1]["command"] and ".dev/e/caches" not in plain[-1]["carry"]
+    assert "--triton-cache" not in plain[-1]["command"] and ".dev/e/caches" not in plain[-1]["send"]
     assert cached[0] == plain[0]  # the land commands are unchanged
-    assert cached[-1]["carry"][-1] == ".dev/e/caches"
+    assert cached[-1]["send"][-1] == ".dev/e/caches"
     assert "--triton-cache ../caches/triton-cache.tar.xz" in cached[-1]["command"]
 
 
@@ -358,7 +358,7 @@ def test_a_second_measure_on_a_warm_machine_sends_back_only_its_own_results(tmp_
 
 
 def test_measure_on_the_gpu_host_runs_from_the_run_tree_and_returns_its_summary(tmp_path):
-    """The measuring command as calls.json gives it, from a copied run tree's root: it lands, runs itself
+    """The measuring command as commands.json gives it, from a copied run tree's root: it lands, runs itself
     again with the landed site on PYTHONPATH, and the driver's summary comes back in --out. With no
     nvidia-cutlass-dsl among the (empty) pieces, --graphs ends the run early with the fix."""
     run = tmp_path / "run"

@@ -51,7 +51,7 @@ def _members(archive: Path) -> dict[str, tarfile.TarInfo]:
 def test_pack_keeps_what_the_kernels_load_and_makes_ptxas_executable(tmp_path):
     if shutil.which("strip") is None:
         pytest.skip("make test installs binutils (scripts/host-setup.sh)")
-    out = tmp_path / "carry" / "triton.tar.xz"
+    out = tmp_path / "upload" / "triton.tar.xz"
     manifest = device_triton.pack(wheel=_wheel(tmp_path), version="3.8.0", out=out)
     members = _members(out)
     assert set(members) == {
@@ -85,15 +85,15 @@ def test_pack_refuses_an_archive_too_big_for_one_call_and_leaves_nothing(tmp_pat
     if shutil.which("strip") is None:
         pytest.skip("make test installs binutils (scripts/host-setup.sh)")
     # The archive of the small wheel is a few KB: a repository 100 bytes short of the limit leaves no room.
-    monkeypatch.setattr(device_triton, "repo_bytes", lambda: device_triton.CARRY_LIMIT_BYTES - 100)
-    out = tmp_path / "carry" / "triton.tar.xz"
-    with pytest.raises(SystemExit, match=r"and the repository's tracked files \(64.0 MiB\) exceed one call's 64 MiB"):
+    monkeypatch.setattr(device_triton, "repo_bytes", lambda: device_triton.UPLOAD_LIMIT_BYTES - 100)
+    out = tmp_path / "upload" / "triton.tar.xz"
+    with pytest.raises(SystemExit, match=r"and the repository's tracked files \(64.0 MiB\) exceed one command's 64 MiB"):
         device_triton.pack(wheel=_wheel(tmp_path), version="3.8.0", out=out)
     assert list(out.parent.iterdir()) == []
 
 
 def test_the_repository_size_is_its_tracked_files():
-    # What the remote runner carries every call; CHECKSUMS.sha256 is one tracked file of many.
+    # What the remote runner uploads with every command; CHECKSUMS.sha256 is one tracked file of many.
     assert device_triton.repo_bytes() > (REPO_ROOT / "CHECKSUMS.sha256").stat().st_size
 
 
