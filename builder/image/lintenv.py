@@ -31,6 +31,7 @@ from builder.image.lock import EngineLock, read_lock
 from builder.launch import render_launch
 
 LINT_VENV_DIR = CACHE_DIR / "lint-venv"
+BYTECODE_STAMP = ".qfn-lint-bytecode"
 
 
 def ensure_lint_venv(
@@ -50,6 +51,7 @@ def ensure_lint_venv(
     key = (f"{lock.digest} {' '.join(read_lock(a).digest for a in addons)} series {tree_digest(patches_dir)} "
            f"python {sys.version_info[0]}.{sys.version_info[1]}")
     if python.is_file() and stamp.is_file() and stamp.read_text().strip() == key:
+        ensure_bytecode(python=python, venv=venv, site=_site(python), log=log)
         return python
     # A venv's scripts name its path, so it is built in place; the stamp, written last, marks it
     # complete: an interrupted build has none and is rebuilt, never used half-installed.
@@ -75,12 +77,31 @@ def ensure_lint_venv(
         raise LockError(f"the lint venv could not be installed ({exc})", hint="check access to PyPI; the pip output is above") from exc
     from builder.patches.apply import apply_series
 
-    site = Path(subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                               capture_output=True, text=True, check=True).stdout.strip())  # fmt: skip
+    site = _site(python)
     report = apply_series(target=site, patches_dir=patches_dir)
     log(f"lint venv: patch series applied to {site} ({len(report.applied)} file sections)")
+    ensure_bytecode(python=python, venv=venv, site=site, log=log)  # after the series: its files are compiled too
     stamp.write_text(key + "\n")
     return python
+
+
+def _site(python: Path) -> Path:
+    return Path(subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                               capture_output=True, text=True, check=True).stdout.strip())  # fmt: skip
+
+
+def ensure_bytecode(*, python: Path, venv: Path, site: Path, log=print) -> None:
+    """Compile the venv's site-packages once (stamped). Each lint is a fresh process, and where the host
+    sets PYTHONDONTWRITEBYTECODE none of them could keep what it compiled: every lint would compile
+    torch and the engine from source again, about half of its time."""
+    stamp = venv / BYTECODE_STAMP
+    if stamp.is_file():
+        return
+    log(f"lint venv: compiling bytecode in {site}")
+    # Files that are not Python 3.11 (templates, another version's test helpers) are never imported;
+    # compileall names them and exits 1, so its status says nothing about the rest.
+    subprocess.run([str(python), "-m", "compileall", "-q", "-j", "0", str(site)], capture_output=True, check=False)
+    stamp.write_text("compileall\n")
 
 
 def addon_locks_over(engine: EngineLock) -> list[Path]:
