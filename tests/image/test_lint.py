@@ -10,9 +10,14 @@ wheel cache; ~9 GB installed, in ~/.cache/qfn-int8kv/lint-venv).
 
 from __future__ import annotations
 
+import os
+import tomllib
+from concurrent.futures import Future, ThreadPoolExecutor
+
 import pytest
 
 from builder.config import parse_config
+from builder.constants import TARGETS_DIR
 from builder.errors import SelfCheckError
 from builder.image.lintenv import ensure_lint_venv, lint_target
 
@@ -20,22 +25,44 @@ pytestmark = [pytest.mark.engine_lint, pytest.mark.timeout(1800)]
 
 GPU_TARGETS = ["gb10", "gb10-x2", "cmp170hx-x2", "h200"]
 
+#: (target, extra_args) of each refusal below, by the test that asserts it.
+REFUSALS = {
+    "test_a_misspelled_flag_is_refused": ("h200", ["--max-num-seqz", "8"]),
+    "test_a_bad_speculative_config_key_is_refused": (
+        "gb10", ["--speculative-config", '{"method":"mtp","num_speculative_tokens":4,"num_spec_tokenz":2}']),
+    "test_an_out_of_range_value_is_refused": ("h200", ["--gpu-memory-utilization", "1.5"]),
+}
 
-@pytest.fixture(scope="session")
-def lint_python():
-    return ensure_lint_venv()
+
+def _config(name: str, extra: list[str] | None = None):
+    data = tomllib.loads((TARGETS_DIR / f"{name}.toml").read_text())
+    if extra is not None:
+        data.setdefault("server", {})["extra_args"] = extra
+    return parse_config(data, source=name if extra is None else f"{name} + extra_args {extra}")
 
 
-def _with_extra_args(target_data, name: str, extra: list[str]):
-    data = target_data(name)
-    data.setdefault("server", {})["extra_args"] = extra
-    return parse_config(data, source=f"{name} + extra_args {extra}")
+def _case(item) -> str | None:
+    """The lint case a collected test of this module asserts on."""
+    callspec = getattr(item, "callspec", None)
+    return callspec.params["name"] if callspec else item.originalname if item.originalname in REFUSALS else None
+
+
+@pytest.fixture(scope="module")
+def linted(request):
+    """Each selected case's lint, run side by side: a lint is one process importing the engine, ~20 s of
+    one core each, and the cases are independent."""
+    python = ensure_lint_venv()
+    cases = {c for item in request.session.items if item.module is request.module and (c := _case(item))}
+    configs = {c: _config(*REFUSALS[c]) if c in REFUSALS else _config(c) for c in sorted(cases)}
+    with ThreadPoolExecutor(max_workers=max(2, os.cpu_count() or 2)) as pool:
+        futures: dict[str, Future] = {c: pool.submit(lint_target, cfg=cfg, python=python) for c, cfg in configs.items()}
+    return futures
 
 
 @pytest.mark.parametrize("name", GPU_TARGETS)
-def test_every_gpu_target_passes_the_engines_own_parser_and_config(target_data, lint_python, name):
-    cfg = parse_config(target_data(name), source=name)
-    out = lint_target(cfg=cfg, python=lint_python)
+def test_every_gpu_target_passes_the_engines_own_parser_and_config(linted, name):
+    cfg = _config(name)
+    out = linted[name].result()
     assert "ok   vLLM CLI parser" in out
     assert "ok   create_engine_config" in out
     assert "speculative mtp k=4" in out  # the MTP draft config was built, not skipped
@@ -44,25 +71,22 @@ def test_every_gpu_target_passes_the_engines_own_parser_and_config(target_data, 
     assert (f"TP {cfg.parallel.tensor_parallel_size} executor ray" in out) == (cfg.cluster.nodes > 1)
 
 
-def test_a_misspelled_flag_is_refused(target_data, lint_python):
-    cfg = _with_extra_args(target_data, "h200", ["--max-num-seqz", "8"])
+def _refusal(linted, request) -> str:
     with pytest.raises(SelfCheckError) as err:
-        lint_target(cfg=cfg, python=lint_python)
-    assert "vLLM CLI parser" in err.value.message
-    assert "unrecognized arguments: --max-num-seqz" in err.value.message  # the engine's argparse
+        linted[request.node.originalname].result()
+    return err.value.message
 
 
-def test_a_bad_speculative_config_key_is_refused(target_data, lint_python):
-    cfg = _with_extra_args(
-        target_data, "gb10", ["--speculative-config", '{"method":"mtp","num_speculative_tokens":4,"num_spec_tokenz":2}']
-    )
-    with pytest.raises(SelfCheckError) as err:
-        lint_target(cfg=cfg, python=lint_python)
-    assert "num_spec_tokenz" in err.value.message
+def test_a_misspelled_flag_is_refused(linted, request):
+    message = _refusal(linted, request)
+    assert "vLLM CLI parser" in message
+    assert "unrecognized arguments: --max-num-seqz" in message  # the engine's argparse
 
 
-def test_an_out_of_range_value_is_refused(target_data, lint_python):
-    cfg = _with_extra_args(target_data, "h200", ["--gpu-memory-utilization", "1.5"])
-    with pytest.raises(SelfCheckError) as err:
-        lint_target(cfg=cfg, python=lint_python)
-    assert "gpu_memory_utilization" in err.value.message or "gpu-memory-utilization" in err.value.message
+def test_a_bad_speculative_config_key_is_refused(linted, request):
+    assert "num_spec_tokenz" in _refusal(linted, request)
+
+
+def test_an_out_of_range_value_is_refused(linted, request):
+    message = _refusal(linted, request)
+    assert "gpu_memory_utilization" in message or "gpu-memory-utilization" in message
