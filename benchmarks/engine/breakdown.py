@@ -16,6 +16,7 @@ import bisect
 import gzip
 import json
 import re
+import statistics
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -189,12 +190,6 @@ def _covered(starts: list[float], ends: list[float], lo: float, hi: float) -> fl
     return total
 
 
-def _median(xs: list[float]) -> float:
-    s = sorted(xs)
-    mid = len(s) // 2
-    return s[mid] if len(s) % 2 else (s[mid - 1] + s[mid]) / 2
-
-
 def _steps(events: list[dict]) -> list[tuple[float, StepKind]]:
     return sorted(((span[0], kind) for e in events if e.get("cat") == STEP_CATEGORY
                    and (span := _span(e)) and (kind := parse_step(e.get("name")))), key=lambda s: s[0])
@@ -274,7 +269,7 @@ def decode_breakdown(events: list[dict], *, gen_requests: int | None = None, ski
         counts[steps[i][1].gen_requests] = counts.get(steps[i][1].gen_requests, 0) + 1
     step_us = sum(walls) / n
     return Breakdown(steps=n, gen_requests=max(counts, key=lambda g: (counts[g], g)), step_us=step_us,
-                     step_us_median=_median(walls), gpu_busy_us=busy, idle_us=step_us - busy,
+                     step_us_median=statistics.median(walls), gpu_busy_us=busy, idle_us=step_us - busy,
                      overlap_us=sum(us.values()) / n - busy, kernels=kernels, categories=categories,
                      idle_after=_idle_after(busy_starts, busy_ends, busy_last, lo, hi, n))
 
@@ -340,14 +335,6 @@ def family_table(b: Breakdown) -> dict[str, float]:
     table = {family: per[family] for family in [f for f, _ in FAMILIES] + [OTHER] if per.get(family)}
     table[IDLE_ROW] = b.idle_us
     return table
-
-
-def accounts_for(b: Breakdown, *, measured_step_ms: float) -> float:
-    """Relative gap between the profiled step and the measured one; within ACCOUNTING_LIMIT the
-    profiled steps are the steps the benchmark measured."""
-    if measured_step_ms <= 0:
-        raise ValueError(f"measured_step_ms must be positive, got {measured_step_ms}")
-    return abs(b.step_us / 1000 - measured_step_ms) / measured_step_ms
 
 
 def summarize(path: Path, *, gen_requests: int | None = None) -> dict:

@@ -217,16 +217,6 @@ def test_the_idle_row_stays_when_the_gpu_never_waits():
     assert bd.family_table(b) == {"MoE / MLP": 100, bd.IDLE_ROW: 0}
 
 
-def test_accounts_for_is_the_relative_gap_to_the_measured_step():
-    b = bd.Breakdown(steps=3, gen_requests=4, step_us=10_500.0, step_us_median=10_400.0, gpu_busy_us=9_000.0,
-                     idle_us=1_500.0, overlap_us=0.0, kernels={})
-    assert bd.accounts_for(b, measured_step_ms=10.0) == pytest.approx(0.05)
-    gap = bd.accounts_for(b, measured_step_ms=12.0)
-    assert gap == pytest.approx(0.125) and gap > bd.ACCOUNTING_LIMIT
-    with pytest.raises(ValueError):
-        bd.accounts_for(b, measured_step_ms=0.0)
-
-
 def test_the_summary_is_json_and_keeps_the_longest_kernels(tmp_path):
     events = steps_at(0, 5000, 10000, 15000, 20000)  # 2 warm-up steps skipped, 2 measured
     for t in (10000, 15000):
