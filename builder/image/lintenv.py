@@ -51,7 +51,7 @@ def ensure_lint_venv(
     key = (f"{lock.digest} {' '.join(read_lock(a).digest for a in addons)} series {tree_digest(patches_dir)} "
            f"python {sys.version_info[0]}.{sys.version_info[1]}")
     if python.is_file() and stamp.is_file() and stamp.read_text().strip() == key:
-        ensure_bytecode(python=python, venv=venv, site=_site(python), log=log)
+        ensure_bytecode(python=python, venv=venv, log=log)
         return python
     # A venv's scripts name its path, so it is built in place; the stamp, written last, marks it
     # complete: an interrupted build has none and is rebuilt, never used half-installed.
@@ -90,13 +90,15 @@ def _site(python: Path) -> Path:
                                capture_output=True, text=True, check=True).stdout.strip())  # fmt: skip
 
 
-def ensure_bytecode(*, python: Path, venv: Path, site: Path, log=print) -> None:
+def ensure_bytecode(*, python: Path, venv: Path, site: Path | None = None, log=print) -> None:
     """Compile the venv's site-packages once (stamped). Each lint is a fresh process, and where the host
     sets PYTHONDONTWRITEBYTECODE none of them could keep what it compiled: every lint would compile
-    torch and the engine from source again, about half of its time."""
+    torch and the engine from source again, about half of its time. `site`: the venv's purelib, asked
+    of `python` where not given."""
     stamp = venv / BYTECODE_STAMP
     if stamp.is_file():
         return
+    site = site or _site(python)
     log(f"lint venv: compiling bytecode in {site}")
     # Files that are not Python 3.11 (templates, another version's test helpers) are never imported;
     # compileall names them and exits 1, so its status says nothing about the rest.
