@@ -9,6 +9,7 @@ each naming its file.
 from __future__ import annotations
 
 import json
+from collections import Counter
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, ValidationError
@@ -16,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from builder.bundle.engine_evidence import (
     AB_RATIOS,
     HIGHER_IS_BETTER,
+    MIN_VERDICT_REPEATS,
     EngineAB,
     EngineFidelityCheck,
     EnginePoolCheck,
@@ -109,6 +111,8 @@ class EngineABTable(BaseModel):
     bound: str = ""
     #: How far a second run's median TPOT was from this run's; "" when none was compared.
     agreement: str = ""
+    #: Fewer repeats than this on either arm get no verdict (engine_evidence.verdict_of).
+    min_repeats: int = MIN_VERDICT_REPEATS
 
 
 class CapacitySection(BaseModel):
@@ -320,11 +324,8 @@ def _ratio_text(r: RatioEstimate, metric: str) -> str | None:
 
 def _bound_text(ab: EngineAB) -> str:
     decode = [b for b in ab.breakdown if b.step_kind == "decode"]
-    counts: dict[str, int] = {}
-    for b in decode:
-        counts[b.bound] = counts.get(b.bound, 0) + 1
-    ranked = sorted(counts.items(), key=lambda kv: -kv[1])
-    return ", ".join(f"{bound} in {n} of {len(decode)}" for bound, n in ranked)
+    counts = Counter(b.bound for b in decode)
+    return ", ".join(f"{bound} in {n} of {len(decode)}" for bound, n in counts.most_common())
 
 
 def engine_ab_table(path: Path, *, source: str) -> EngineABTable | None:
