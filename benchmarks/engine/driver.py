@@ -93,9 +93,8 @@ def measure(transport, *, budget_s: float, phases: tuple[str, ...] = PHASES, lay
         if AB_PHASE in phases:
             from benchmarks.engine import ab
 
-            labels = tuple(label for label, _, _ in LAYOUTS[layout][1])
             ab.measure_ab(transport, clock=clock, work=work, summary=summary,
-                          deliver=lambda: transport.deliver(work, summary), order=ab_order or labels, mtp_k=ab_mtp,
+                          deliver=lambda: transport.deliver(work, summary), order=ab_order or sv.layout_arms(layout), mtp_k=ab_mtp,
                           cells_wanted=bench_cells, repeats=bench_repeats or ab.DEFAULT_REPEATS, profile=ab_profile,
                           started=servers, layout=layout, sweep_rates=ab_sweep)
             summary["phases"]["ab_s"] = clock.elapsed()
@@ -185,7 +184,7 @@ def measure_options(p: argparse.ArgumentParser, args: argparse.Namespace) -> dic
         from benchmarks.engine.ab import parse_order
 
         try:
-            order = parse_order(args.ab_order, tuple(label for label, _, _ in LAYOUTS[args.layout][1]))
+            order = parse_order(args.ab_order, sv.layout_arms(args.layout))
         except ValueError as exc:
             p.error(f"--ab-order: {exc}")
     try:

@@ -93,6 +93,11 @@ def wait_model(transport, limit_s: float) -> None:
 # the servers
 
 
+def layout_arms(layout: str) -> tuple[str, ...]:
+    """The labels of a layout's arms, in its order."""
+    return tuple(label for label, _, _ in LAYOUTS[layout][1])
+
+
 def layout_gpus(layout: str) -> int:
     """The GPUs a layout needs: those of the target its split comes from (the local transport checks them
     before starting anything)."""
