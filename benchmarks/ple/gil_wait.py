@@ -92,8 +92,8 @@ def measure(trials: int) -> dict:
             "machine": platform.machine(), "cpus": os.cpu_count(), "date": time.strftime("%Y-%m-%d"),
             "cases": cases,
             "busy_default_over_bound_p50": round(busy_default["p50_us"] / busy_bound["p50_us"], 1),
-            "busy_default_p50_over_interval": round(busy_default["p50_us"] / 5000, 2),
-            "busy_bound_p50_over_interval": round(busy_bound["p50_us"] / 100, 2)}
+            "busy_default_p50_over_interval": round(busy_default["p50_us"] / busy_default["switch_interval_us"], 2),
+            "busy_bound_p50_over_interval": round(busy_bound["p50_us"] / busy_bound["switch_interval_us"], 2)}
 
 
 def markdown(result: dict) -> str:
@@ -104,8 +104,9 @@ def markdown(result: dict) -> str:
     for c in result["cases"]:
         lines.append(f"| {c['switch_interval_us']} us ({c['interval']}) | {c['main_thread']} | {c['p50_us']} | "
                      f"{c['p90_us']} | {c['p99_us']} | {c['max_us']} |")
+    (_, default_us), (_, bound_us) = INTERVALS
     lines += ["", f"While the main thread runs Python, the median wait is {result['busy_default_p50_over_interval']}x "
-              f"the 5000 us interval and {result['busy_bound_p50_over_interval']}x the 100 us bound: "
+              f"the {default_us} us interval and {result['busy_bound_p50_over_interval']}x the {bound_us} us bound: "
               f"{result['busy_default_over_bound_p50']}x shorter under the bound. On the GPU the stream waits "
               "that long, once per PLE layer per step, whenever an engine thread is running Python then."]
     return "\n".join(lines) + "\n"
