@@ -41,10 +41,12 @@ if ((docker)) && ! docker info >/dev/null 2>&1; then
     echo "host-setup: the docker daemon is not running; start it (sudo dockerd &)" >&2
     exit 1
   fi
-  # A daemon that died leaves containerd.pid behind; once that pid is reused, dockerd takes the process
-  # for its containerd and waits on it until it gives up.
-  pidfile=/var/run/docker/containerd/containerd.pid
-  if [ -f "$pidfile" ] && ! grep -qsx containerd "/proc/$(cat "$pidfile")/comm"; then rm -f "$pidfile"; fi
+  # A daemon that died leaves its pid files behind; once a pid is reused, dockerd refuses to start
+  # (docker.pid) or waits on the wrong process as its containerd until it gives up (containerd.pid).
+  for stale in dockerd:/var/run/docker.pid containerd:/var/run/docker/containerd/containerd.pid; do
+    pidfile=${stale#*:}
+    if [ -f "$pidfile" ] && ! grep -qsx "${stale%%:*}" "/proc/$(cat "$pidfile")/comm"; then rm -f "$pidfile"; fi
+  done
   echo "host-setup: starting dockerd"
   (setsid dockerd >/tmp/dockerd.log 2>&1 &)
   for _ in $(seq 60); do docker info >/dev/null 2>&1 && break; sleep 1; done
