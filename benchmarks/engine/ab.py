@@ -33,6 +33,11 @@ if TYPE_CHECKING:
 
 DEFAULT_REPEATS = 5
 PROFILE_DIR = "profiles"
+#: What the profiled pass records; the summary names it, so a report can tell how a breakdown was made.
+PROFILER_ACTIVITIES = ("CUDA",)
+#: A profiled pass's trace stays in the results (gzip, for a later look at the timeline) while the
+#: traces kept so far, it included, stay under this: the results come back as one file of at most 15 MiB.
+KEEP_TRACES_BYTES = 8_000_000
 #: Long enough for the profiled pass's trace to be written after /stop_profile returns.
 TRACE_WAIT_S = 120
 #: A profiled pass starts only with this much of the arm's time left (the pass, writing and reading its trace).
@@ -66,10 +71,11 @@ def ab_args(*, profile_dir: Path | None) -> list[str]:
     """The server flags the A/B adds to the launch plan (module docstring)."""
     args = ["--no-enable-prefix-caching"]
     if profile_dir is not None:
-        # Traces only when /start_profile asks; CPU + CUDA activities, no stacks (cheap), no key table.
+        # Traces only when /start_profile asks; CUDA activity alone (kernels, copies and the host's CUDA
+        # calls): recording CPU ops would slow the host work the breakdown measures. No key table.
         cfg = {"profiler": "torch", "torch_profiler_dir": str(profile_dir), "torch_profiler_with_stack": False,
                "ignore_frontend": True, "torch_profiler_dump_cuda_time_total": False,
-               "torch_profiler_activities": ["CPU", "CUDA"]}
+               "torch_profiler_activities": list(PROFILER_ACTIVITIES)}
         args += ["--profiler-config", json.dumps(cfg, separators=(",", ":"))]
     return args
 
@@ -145,9 +151,20 @@ def newest_trace(folder: Path, since: float) -> Path | None:
     return max(found, key=lambda p: p.stat().st_mtime) if found else None
 
 
+def keep_trace(trace: Path, profiles: Path, cap: int = KEEP_TRACES_BYTES) -> bool:
+    """Whether `trace` stays: gzip, and with the traces already kept under `profiles` no larger than
+    `cap`. Otherwise it is deleted."""
+    others = sum(p.stat().st_size for p in profiles.rglob("*.json.gz") if p != trace)
+    kept = trace.name.endswith(".gz") and others + trace.stat().st_size <= cap
+    if not kept:
+        trace.unlink()
+    return kept
+
+
 async def profile_pass(client, server: dict, length: int, conc: int, prompts: list[str], folder: Path) -> dict:
     """One untimed pass of the cell under the torch profiler; its decode steps summarized (breakdown.py).
-    The trace itself is deleted: tens of MB each, and the summary keeps every kernel that matters."""
+    The trace stays beside the summary while the kept traces fit KEEP_TRACES_BYTES; past that it is
+    deleted (the results must come back small, and the summary keeps every kernel that matters)."""
     from benchmarks.engine import breakdown
     from builder.measure import client as bench
 
@@ -173,8 +190,9 @@ async def profile_pass(client, server: dict, length: int, conc: int, prompts: li
     try:
         out = breakdown.summarize(trace, gen_requests=conc)
     finally:
-        trace.unlink()
-    out.update(trace_bytes=size, profiled_median_tpot_ms=res.get("median_tpot_ms"))
+        kept = keep_trace(trace, folder.parent)
+    out.update(trace_bytes=size, trace_kept=kept, activities=list(PROFILER_ACTIVITIES),
+               profiled_median_tpot_ms=res.get("median_tpot_ms"))
     return out
 
 

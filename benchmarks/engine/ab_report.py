@@ -265,6 +265,9 @@ def profile_problem(profile: object) -> str | None:
         return "not a profile"
     if profile.get("error"):
         return str(profile["error"]).splitlines()[0][:200]
+    if list(profile.get("activities") or ["CPU", "CUDA"]) != ["CUDA"]:
+        return ("recorded with CPU activity, which slows the host work a step's idle time is made of: "
+                "profile again (CUDA activity alone)")
     if step_kind(profile) is None:
         return "; ".join(f"{k}: " + str((profile.get(k) or {}).get("error", "no breakdown")).splitlines()[0][:150]
                          for k in ("decode", "mixed"))
@@ -289,10 +292,16 @@ def step_breakdowns(run: Run) -> list[StepBreakdown]:
             median = float(step["step_us_median"])
             mean = float(step["step_us"]) if _number(step.get("step_us")) and step["step_us"] > 0 else median
             gap = abs(median / 1000 - measured) / measured if measured else None
+            busy = float(step["gpu_busy_us"]) if _number(step.get("gpu_busy_us")) else None
+            if measured and busy is not None:  # the host's share of the step the repeats measured
+                families[bd.IDLE_ROW] = max(measured * 1000 - busy, 0.0)
+            host_step = step.get("host_step_us")
             out.append(StepBreakdown(
                 arm=arm, input_len=length, concurrency=conc, step_kind=kind, step_us=mean, step_us_median=median,
-                families=families,
+                families=families, gpu_busy_us=busy,
                 idle_after={k: float(v) for k, v in (step.get("idle_after") or {}).items() if _number(v)},
+                host_step_us=float(host_step) if _number(host_step) and host_step > 0 else None,
+                host_before={k: float(v) for k, v in (step.get("host_before") or {}).items() if _number(v)},
                 measured_itl_ms=measured, accounting_gap=gap, bound=max(families, key=families.__getitem__)))
     return out
 
@@ -507,26 +516,35 @@ def _families_shown(rows: list[StepBreakdown]) -> list[str]:
     return [f for f in [name for name, _ in bd.FAMILIES] + [bd.OTHER] if f in present]
 
 
+def _top(d: dict[str, float]) -> str:
+    top = next(iter(sorted(d.items(), key=lambda kv: (-kv[1], kv[0]))), None)
+    return f"{top[0]} ({top[1]:.0f})" if top else "-"
+
+
 def _breakdown_table(rows: list[StepBreakdown]) -> list[str]:
     fams = _families_shown(rows)
-    lines = ["| arm | cell | step | step us (mean) | " + " | ".join(fams) + f" | {bd.IDLE_ROW} | idle mostly after | "
-             "bound | step us (median) | measured ITL ms | accounting gap |", "|---|---|---|---|" + "---|" * (len(fams) + 6)]
+    lines = ["| arm | cell | step | " + " | ".join(fams) + f" | {bd.IDLE_ROW} | GPU busy us | host us per step "
+             "(CUDA calls) | host mostly before | GPU idle mostly after | bound | profiled step us (median) | "
+             "measured ITL ms | accounting gap |", "|---|---|---|" + "---|" * (len(fams) + 10)]
     over = False
     for b in rows:
-        top = next(iter(sorted(b.idle_after.items(), key=lambda kv: (-kv[1], kv[0]))), None)
         gap = "-"
         if b.accounting_gap is not None:
             gap = f"{b.accounting_gap:.1%}"
             if b.accounting_gap > bd.ACCOUNTING_LIMIT:
                 gap, over = gap + " (!)", True
-        lines.append(f"| {b.arm} | {cell_label(b.input_len, b.concurrency)} | {b.step_kind} | {b.step_us:.0f} | "
+        lines.append(f"| {b.arm} | {cell_label(b.input_len, b.concurrency)} | {b.step_kind} | "
                      + " | ".join(_g(b.families.get(f), ".0f") for f in fams)
-                     + f" | {_g(b.families.get(bd.IDLE_ROW), '.0f')} | {f'{top[0]} ({top[1]:.0f})' if top else '-'} | "
-                     f"{b.bound} | {_g(b.step_us_median, '.0f')} | {_g(b.measured_itl_ms, '.3f')} | {gap} |")
+                     + f" | {_g(b.families.get(bd.IDLE_ROW), '.0f')} | {_g(b.gpu_busy_us, '.0f')} | "
+                     f"{_g(b.host_step_us, '.0f')} | {_top(b.host_before)} | {_top(b.idle_after)} | {b.bound} | "
+                     f"{_g(b.step_us_median, '.0f')} | {_g(b.measured_itl_ms, '.3f')} | {gap} |")
     lines += ["", "Step: the kind of step that handed out more of the pass's tokens (mixed: a prefill chunk beside "
-              "decoding requests). The families and the GPU's idle time are means per step and sum to the mean step "
-              "(less what kernels on several streams overlap); the median step is what the repeats' ITL p50 is held "
-              "to (accounting gap). Bound: the largest row, the GPU's idle time included: a step bound by the host says so."]
+              "decoding requests). The families are the profiled pass's GPU time per step (us); "
+              f"{bd.IDLE_ROW}: the measured ITL p50 less the GPU's busy time, so a row sums to the ITL the repeats "
+              "measured (less what kernels on several streams overlap). Host us per step: from one step's first "
+              "launch to the next's, as the host's CUDA calls show it; host mostly before: the launch the host spent "
+              "longest getting to. Bound: the largest row, the host's included. Accounting gap: how far the profiled "
+              "median step is from the measured ITL p50."]
     if over:
         lines.append(f"(!): the profiled step and the measured ITL differ by more than {bd.ACCOUNTING_LIMIT:.0%}: "
                      "that row may not describe the steps the repeats measured.")

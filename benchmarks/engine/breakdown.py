@@ -2,10 +2,13 @@
 /stop_profile: the benchmark measures a step's wall time; this splits it into GPU time per kernel
 and per kernel family, plus the time the GPU waits on the host.
 
-Steps are the worker's host-side annotations `execute_context_{C}(T_ctx)_generation_{G}(T_gen)`, one
-per engine step. A pure-decode step's window runs from its start to the next step's start, so it
-holds the step's whole period in the engine loop, host overhead included. GPU work is every kernel,
-memcpy and memset event on any stream (a CUDA graph replay shows its kernels one by one).
+The trace is recorded with CUDA activity only (no CPU ops: recording them slows the host work the
+breakdown is meant to measure, by ~30% of a small model's decode step). Steps come from the GPU's own
+timeline: STEP_KERNEL opens each engine step, its grid says how many requests the step runs. A
+pure-decode step's window runs from its step kernel to the next one's, so it holds the step's whole
+period in the engine loop, host overhead included. GPU work is every kernel, memcpy and memset event
+on any stream (a CUDA graph replay shows its kernels one by one). The host side comes from the CUDA
+calls CUPTI records beside the GPU work (launches, syncs, copies), tied to their kernels by correlation id.
 
 Standard library only: it runs on the GPU host before the harness's wheels are installed.
 """
@@ -26,13 +29,21 @@ ACCOUNTING_LIMIT = 0.10
 #: Kernel names kept by `summarize`; the rest are summed into one entry, so results stay small.
 SUMMARY_KERNELS = 60
 #: The family_table row for the part of a step the GPU spends waiting on the host.
-IDLE_ROW = "GPU idle (host)"
+IDLE_ROW = "host"
 
-STEP_NAME = re.compile(r"execute_context_(\d+)\((\d+)\)_generation_(\d+)\((\d+)\)")
-#: Host-side spans only: the same names under "gpu_user_annotation" are GPU-side copies, not steps.
-STEP_CATEGORY = "user_annotation"
+#: One per engine step, launched eagerly before the forward (vLLM 0.33's GPU model runner,
+#: `input_batch.prepare_pos_seq_lens`) on a grid of num_reqs + 1 programs: it opens each step's window
+#: on the GPU's own clock and says how many requests the step runs. CPU-side step annotations are not
+#: used: recording CPU activity slows exactly the host work a step's idle time is made of.
+STEP_KERNEL = "_prepare_pos_seq_lens_kernel"
+#: Launched in a step only when it prefills (`prepare_prefill_inputs`).
+PREFILL_KERNEL = "_prepare_prefill_inputs_kernel"
 GPU_CATEGORIES = frozenset({"kernel", "gpu_memcpy", "gpu_memset"})
-#: Copies and fills are told by the event's category: their names ("Memcpy DtoD ...") say nothing more.
+#: Host calls into CUDA, recorded with CUDA activity alone (no CPU activity needed).
+HOST_CATEGORIES = frozenset({"cuda_runtime", "cuda_driver"})
+#: Host calls that launch GPU work; the rest (syncs, event records, host functions) are counted by name.
+LAUNCH_CALL = re.compile(r"^cu(?:da)?(?:LaunchKernel|LaunchKernelEx|LaunchCooperativeKernel|GraphLaunch|"
+                         r"MemcpyAsync|MemsetAsync|Memcpy|Memset)", re.IGNORECASE)
 _BY_CATEGORY = {"gpu_memcpy": "memcpy", "gpu_memset": "memset"}
 _NEVER = re.compile(r"(?!)")
 
@@ -83,19 +94,25 @@ OTHER = "other"
 
 @dataclass(frozen=True)
 class StepKind:
-    """One engine step as its annotation names it: requests and tokens in prefill and in decode."""
+    """One engine step as the GPU saw it: the requests it ran and whether it prefilled.
 
-    ctx_requests: int
-    ctx_tokens: int
-    gen_requests: int
-    gen_tokens: int
+    A step that prefills while others decode hands a token to each of them: `gen_requests` counts all
+    but one request there (the runner does not say how many prefill at once; one is the common case).
+    """
+
+    requests: int
+    prefill: bool
+
+    @property
+    def gen_requests(self) -> int:
+        return max(self.requests - 1, 0) if self.prefill else self.requests
 
     @property
     def kind(self) -> str:
         """prefill, mixed, decode or empty: how a trace without usable decode steps is described."""
-        if self.ctx_requests:
-            return "mixed" if self.gen_requests else "prefill"
-        return "decode" if self.gen_requests else "empty"
+        if self.prefill:
+            return "mixed" if self.requests > 1 else "prefill"
+        return "decode" if self.requests else "empty"
 
 
 @dataclass(frozen=True)
@@ -107,6 +124,10 @@ class Breakdown:
     `categories` holds the event category of the names that are not "kernel" events (memcpy, memset),
     which classify needs. `idle_after` splits idle_us by the GPU work each idle gap follows (after_label):
     a stream held by a CUDA host function idles after the copy that feeds it ("memcpy DtoH").
+    The host side, from the CUDA calls the trace records with their launches: `host_step_us` the mean
+    time between the host's launches of successive steps' STEP_KERNEL, `host_calls` each CUDA call's
+    calls and us per step, `host_before` the host's time between one launch and the next, by what the
+    next one launches (a kernel's family, or "graph" for a CUDA graph): where the host spends a step.
     """
 
     steps: int
@@ -119,6 +140,9 @@ class Breakdown:
     kernels: dict[str, dict[str, float]]
     categories: dict[str, str] = field(default_factory=dict)
     idle_after: dict[str, float] = field(default_factory=dict)
+    host_step_us: float | None = None
+    host_calls: dict[str, dict[str, float]] = field(default_factory=dict)
+    host_before: dict[str, float] = field(default_factory=dict)
 
 
 def load_trace(path: Path) -> list[dict]:
@@ -135,12 +159,6 @@ def load_trace(path: Path) -> list[dict]:
     if not isinstance(events, list):
         raise ValueError(f"{path}: not a Chrome trace (no traceEvents list)")
     return [e for e in events if isinstance(e, dict)]
-
-
-def parse_step(name: str) -> StepKind | None:
-    """The step an execute_model annotation names; None for any other name."""
-    m = STEP_NAME.fullmatch(name) if isinstance(name, str) else None
-    return StepKind(*map(int, m.groups())) if m else None
 
 
 def _span(event: dict) -> tuple[float, float] | None:
@@ -190,9 +208,32 @@ def _covered(starts: list[float], ends: list[float], lo: float, hi: float) -> fl
     return total
 
 
-def _steps(events: list[dict]) -> list[tuple[float, StepKind]]:
-    return sorted(((span[0], kind) for e in events if e.get("cat") == STEP_CATEGORY
-                   and (span := _span(e)) and (kind := parse_step(e.get("name")))), key=lambda s: s[0])
+def _grid_x(event: dict) -> int | None:
+    grid = (event.get("args") or {}).get("grid")
+    return int(grid[0]) if isinstance(grid, list) and grid and _number(grid[0]) else None
+
+
+@dataclass(frozen=True)
+class _Step:
+    start: float  # the step kernel's start on the GPU
+    kind: StepKind
+    correlation: object  # ties the step kernel to the host call that launched it
+
+
+def _steps(events: list[dict]) -> list[_Step]:
+    """The trace's steps in order: one per STEP_KERNEL, with the requests its grid says, prefilling
+    where a PREFILL_KERNEL starts before the next step does."""
+    marks = sorted((span[0], e) for e in events if e.get("cat") == "kernel" and e.get("name") == STEP_KERNEL
+                   and (span := _span(e)) and (_grid_x(e) or 0) > 0)
+    prefills = sorted(span[0] for e in events if e.get("cat") == "kernel" and e.get("name") == PREFILL_KERNEL
+                      and (span := _span(e)))
+    out = []
+    for i, (ts, e) in enumerate(marks):
+        end = marks[i + 1][0] if i + 1 < len(marks) else float("inf")
+        j = bisect.bisect_left(prefills, ts)
+        out.append(_Step(ts, StepKind(requests=_grid_x(e) - 1, prefill=j < len(prefills) and prefills[j] < end),
+                         (e.get("args") or {}).get("correlation")))
+    return out
 
 
 def token_periods(events: list[dict]) -> dict:
@@ -203,11 +244,11 @@ def token_periods(events: list[dict]) -> dict:
     steps = _steps(events)
     weighted: list[tuple[float, int]] = []
     tokens = {"decode": 0, "mixed": 0}
-    for (a, k), (b, _) in zip(steps, steps[1:]):
-        if k.gen_requests:
-            weighted.append((b - a, k.gen_requests))
-            tokens[k.kind] += k.gen_requests
-    out: dict = {"steps": {kind: sum(1 for _, k in steps if k.kind == kind) for kind in ("prefill", "mixed", "decode")},
+    for s, nxt in zip(steps, steps[1:]):
+        if s.kind.gen_requests and s.kind.kind in tokens:
+            weighted.append((nxt.start - s.start, s.kind.gen_requests))
+            tokens[s.kind.kind] += s.kind.gen_requests
+    out: dict = {"steps": {kind: sum(1 for s in steps if s.kind.kind == kind) for kind in ("prefill", "mixed", "decode")},
                  "tokens": tokens, "median_period_us": None}
     if weighted:
         weighted.sort()
@@ -223,7 +264,8 @@ def token_periods(events: list[dict]) -> dict:
 def decode_breakdown(events: list[dict], *, gen_requests: int | None = None, skip_first: int = 2,
                      kind: str = "decode") -> Breakdown:
     """GPU time per kernel, GPU busy and idle time, averaged over the trace's pure-decode steps (or,
-    with kind="mixed", its steps that run a prefill chunk beside decoding requests).
+    with kind="mixed", its steps that run a prefill chunk beside decoding requests), and the host's
+    CUDA calls over the same steps.
 
     A step's window ends where the next step of any kind starts, so a prefill or mixed step ends the
     decode step before it; the last step has no known end and is dropped. The first `skip_first`
@@ -231,16 +273,16 @@ def decode_breakdown(events: list[dict], *, gen_requests: int | None = None, ski
     busy never exceeds wall); its call counts in the window holding its start.
     """
     steps = _steps(events)
-    selected = [i for i, (_, k) in enumerate(steps)
-                if k.kind == kind and (gen_requests is None or k.gen_requests == gen_requests)]
+    selected = [i for i, s in enumerate(steps)
+                if s.kind.kind == kind and (gen_requests is None or s.kind.gen_requests == gen_requests)]
     used = [i for i in selected if i + 1 < len(steps)][skip_first:]
     if not used:
         raise ValueError(_nothing_to_measure(events, steps, selected, gen_requests=gen_requests, skip_first=skip_first))
-    lo = [steps[i][0] for i in used]
-    hi = [steps[i + 1][0] for i in used]
+    lo = [steps[i].start for i in used]
+    hi = [steps[i + 1].start for i in used]
 
     gpu = sorted((span, str(e.get("name", "?")), e["cat"]) for e in events
-                 if e.get("cat") in GPU_CATEGORIES and (span := _span(e)))
+                 if e.get("cat") in GPU_CATEGORIES and (span := _span(e)) and span[1] > span[0])
     busy_starts, busy_ends, busy_last = _union([span for span, _, _ in gpu], [after_label(n, c) for _, n, c in gpu])
     us: dict[str, float] = {}
     calls: dict[str, int] = {}
@@ -266,12 +308,54 @@ def decode_breakdown(events: list[dict], *, gen_requests: int | None = None, ski
                for name in sorted(us, key=lambda k: (-us[k], k))}
     counts: dict[int, int] = {}
     for i in used:
-        counts[steps[i][1].gen_requests] = counts.get(steps[i][1].gen_requests, 0) + 1
+        counts[steps[i].kind.gen_requests] = counts.get(steps[i].kind.gen_requests, 0) + 1
     step_us = sum(walls) / n
+    host = _host_side(events, steps, used)
     return Breakdown(steps=n, gen_requests=max(counts, key=lambda g: (counts[g], g)), step_us=step_us,
                      step_us_median=statistics.median(walls), gpu_busy_us=busy, idle_us=step_us - busy,
                      overlap_us=sum(us.values()) / n - busy, kernels=kernels, categories=categories,
-                     idle_after=_idle_after(busy_starts, busy_ends, busy_last, lo, hi, n))
+                     idle_after=_idle_after(busy_starts, busy_ends, busy_last, lo, hi, n), **host)
+
+
+def _host_side(events: list[dict], steps: list[_Step], used: list[int]) -> dict:
+    """host_step_us, host_calls and host_before (see Breakdown) over the steps `used`, whose host
+    windows run from the call launching their step kernel to the call launching the next one's.
+    Empty where the trace holds no host calls tied to the step kernels (a trace without CUDA calls)."""
+    calls = sorted((span, e) for e in events if e.get("cat") in HOST_CATEGORIES and (span := _span(e)))
+    by_corr = {(e.get("args") or {}).get("correlation"): span for span, e in calls}
+    windows = []
+    for i in used:
+        a, b = by_corr.get(steps[i].correlation), by_corr.get(steps[i + 1].correlation)
+        if steps[i].correlation is not None and a and b and b[0] > a[0]:
+            windows.append((a[0], b[0]))
+    if not windows:
+        return {}
+    launched: dict[object, str] = {}  # correlation -> what the call launched
+    for e in events:
+        if e.get("cat") in GPU_CATEGORIES and (corr := (e.get("args") or {}).get("correlation")) is not None:
+            launched.setdefault(corr, after_label(str(e.get("name", "?")), e["cat"]))
+    starts = [span[0] for span, _ in calls]
+    per_call: dict[str, list[float]] = {}
+    before: dict[str, float] = {}
+    for lo, hi in windows:
+        cursor = lo
+        for k in range(bisect.bisect_left(starts, lo), bisect.bisect_left(starts, hi)):
+            (a, b), e = calls[k]
+            name = str(e.get("name", "?"))
+            entry = per_call.setdefault(name, [0, 0.0])
+            entry[0] += 1
+            entry[1] += b - a
+            if LAUNCH_CALL.match(name):
+                what = "graph" if "graphlaunch" in name.lower() else launched.get(
+                    (e.get("args") or {}).get("correlation"), OTHER)
+                before[what] = before.get(what, 0.0) + max(a - cursor, 0.0)
+                cursor = max(cursor, b)
+        before["after the last launch"] = before.get("after the last launch", 0.0) + max(hi - cursor, 0.0)
+    n = len(windows)
+    return {"host_step_us": sum(b - a for a, b in windows) / n,
+            "host_calls": {name: {"calls_per_step": c / n, "us_per_step": t / n}
+                           for name, (c, t) in sorted(per_call.items(), key=lambda kv: -kv[1][1])},
+            "host_before": {k: v / n for k, v in sorted(before.items(), key=lambda kv: -kv[1])}}
 
 
 def _idle_after(starts: list[float], ends: list[float], last: list[str], lo: list[float], hi: list[float],
@@ -294,18 +378,17 @@ def _idle_after(starts: list[float], ends: list[float], last: list[str], lo: lis
     return {label: us / n for label, us in sorted(out.items(), key=lambda kv: -kv[1])}
 
 
-def _nothing_to_measure(events: list[dict], steps: list[tuple[float, StepKind]], selected: list[int], *,
+def _nothing_to_measure(events: list[dict], steps: list[_Step], selected: list[int], *,
                         gen_requests: int | None, skip_first: int) -> str:
     """Why no decode step is left, from what the trace holds: the caller learns if profiling missed decode."""
     kinds = {"prefill": 0, "mixed": 0, "decode": 0, "empty": 0}
     by_g: dict[int, int] = {}
-    for _, k in steps:
-        kinds[k.kind] += 1
-        if k.kind == "decode":
-            by_g[k.gen_requests] = by_g.get(k.gen_requests, 0) + 1
-    gpu_side = sum(1 for e in events if e.get("cat") == "gpu_user_annotation" and parse_step(e.get("name")))
+    for s in steps:
+        kinds[s.kind.kind] += 1
+        if s.kind.kind == "decode":
+            by_g[s.kind.gen_requests] = by_g.get(s.kind.gen_requests, 0) + 1
     found = ", ".join(f"{kind} {count}" for kind, count in kinds.items())
-    msg = f"no step of the kind asked for: {len(steps)} step annotations ({found})"
+    msg = f"no step of the kind asked for: {len(steps)} steps by {STEP_KERNEL} ({found})"
     if by_g:
         msg += "; decode steps by gen_requests: " + ", ".join(f"{g}: {c}" for g, c in sorted(by_g.items()))
     if gen_requests is not None:
@@ -314,8 +397,8 @@ def _nothing_to_measure(events: list[dict], steps: list[tuple[float, StepKind]],
         msg += "; the last one has no following step, so no known end"
     if selected:
         msg += f"; skip_first={skip_first} drops the first {skip_first} as warm-up"
-    if gpu_side:
-        msg += f"; {gpu_side} gpu_user_annotation spans (GPU side, not steps)"
+    if not steps and any(e.get("cat") == "user_annotation" for e in events):
+        msg += "; the trace has CPU annotations but no step kernel: a vLLM other than 0.33's GPU model runner?"
     return msg
 
 
@@ -366,4 +449,6 @@ def _summary(b: Breakdown) -> dict:
     out["kernels"] = kernels
     out["idle_after"] = {label: round(us, 3) for label, us in b.idle_after.items()}
     out["families"] = {family: round(us, 3) for family, us in family_table(b).items()}
+    out["host_calls"] = {name: {k: round(v, 3) for k, v in entry.items()} for name, entry in b.host_calls.items()}
+    out["host_before"] = {what: round(us, 3) for what, us in b.host_before.items()}
     return out

@@ -107,7 +107,7 @@ class EngineABTable(BaseModel):
     repeats: str
     headers: list[str]
     rows: list[EngineABRow]
-    #: "GPU idle (host) in 5 of 6, ..." over the profiled decode steps; "" when the file has none.
+    #: "host in 5 of 6, ..." over the profiled decode steps; "" when the file has none.
     bound: str = ""
     #: How far a second run's median TPOT was from this run's; "" when none was compared.
     agreement: str = ""

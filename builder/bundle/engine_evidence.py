@@ -121,9 +121,16 @@ class StepBreakdown(BaseModel):
     step_us: float = Field(gt=0, description="Mean wall time per step: the families sum to it (less overlap).")
     step_us_median: float | None = Field(default=None, gt=0,
                                          description="Median wall time per step: what the measured ITL p50 is held to.")
-    families: dict[str, float] = Field(description="us per step per kernel family, then the GPU's idle time.")
+    families: dict[str, float] = Field(
+        description="us per step per kernel family (GPU time of the profiled pass), then the host's share: the "
+                    "measured ITL p50 less the GPU's busy time (the profiled step's idle time where no ITL was measured).")
+    gpu_busy_us: float | None = Field(default=None, ge=0, description="GPU busy time per profiled step.")
     idle_after: dict[str, float] = Field(default_factory=dict,
-                                         description="The idle time by the GPU work each gap follows.")
+                                         description="The profiled step's idle time by the GPU work each gap follows.")
+    host_step_us: float | None = Field(default=None, gt=0,
+                                       description="The host's time per step: from one step's launch to the next's.")
+    host_before: dict[str, float] = Field(
+        default_factory=dict, description="The host's us per step before each launch, by what it launches.")
     measured_itl_ms: float | None = Field(default=None, description="The timed repeats' median ITL p50.")
     accounting_gap: float | None = Field(default=None,
                                          description="|profiled median step - measured ITL p50| / measured ITL p50.")

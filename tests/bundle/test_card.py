@@ -326,7 +326,7 @@ def _write_engine_ab(root: Path, **changes) -> Path:
         return StepBreakdown(arm=arm, input_len=length, concurrency=conc, step_kind=kind, step_us=9000.0,
                              families={"attention": 2000.0, bound: 6000.0}, bound=bound)
 
-    breakdown = [step("int8", 8192, 1, "GPU idle (host)"), step("fp8", 8192, 1, "GPU idle (host)"),
+    breakdown = [step("int8", 8192, 1, "host"), step("fp8", 8192, 1, "host"),
                  step("bf16", 32768, 1, "attention"), step("int8", 32768, 1, "attention", kind="mixed")]
     ab = EngineAB(run="run 2027-01-05-ab (2027-01-05-ab.json)",
                   label="engine on an H200, small Qwen4Exp with random weights (not the real model)",
@@ -369,7 +369,7 @@ def test_the_engine_ab_is_a_table_of_int8_ratios_with_intervals_verdicts_and_a_c
     assert "run 2027-01-05-ab (2027-01-05-ab.json) (`evidence/engine-ab/engine-ab.json` in the qfn-int8kv repository)" in caption
     assert "median over 5 repeats" in caption and "bootstrap 95% interval" in caption
     # Over the profiled decode steps only: the mixed step is not counted.
-    assert "the decode step is bound by: GPU idle (host) in 2 of 3, attention in 1 of 3." in caption
+    assert "the decode step is bound by: host in 2 of 3, attention in 1 of 3." in caption
     assert "a second run's median TPOT was within 3.1% of this run's over the 2 arm and cell pairs compared" in caption
     assert "MTP on (k=4)" in _ab_card(tmp_path, mtp_k=4)
 

@@ -5,8 +5,8 @@ Started with the argv a launch plan renders (`-m vllm.entrypoints.openai.api_ser
 /health, /v1/models (NAME), /metrics (empty), /tokenize (one token per whitespace-separated word),
 streamed /v1/completions (one SSE event per token, then usage, then [DONE]), and /start_profile +
 /stop_profile, where stop writes a small gzip Chrome trace into the config's torch_profiler_dir: for
-each request served while profiling, one prefill step and one decode step per further token
-(G=1 annotations: profile cells with one request at a time), each step with two kernels.
+each request served while profiling, one prefill step and one decode step per further token (one
+request per step: profile cells with one request at a time), each step with two kernels.
 
 When EVENTS_ENV names a file, the stand-in appends a JSON line to it when it listens, when it could
 not bind, and when it has closed its socket after SIGTERM: which servers were up at the same time.
@@ -63,16 +63,24 @@ def _record(event: str, port: int, **extra) -> None:
 
 
 def trace_events(requests: list[tuple[int, int]]) -> list[dict]:
-    """Steps and kernels of the (prompt tokens, completion tokens) requests served while profiling."""
+    """Steps and kernels of the (prompt tokens, completion tokens) requests served while profiling, as
+    the engine's CUDA activity shows them: each step opens with the step kernel on a grid of requests + 1
+    (the prefill kernel beside it where the step prefills), then two kernels, each launched by a host call
+    tied to it by a correlation id."""
     out: list[dict] = []
     ts = 0.0
+    corr = 0
     for prompt, completion in requests:
-        steps = [f"execute_context_1({prompt})_generation_0(0)"]
-        steps += ["execute_context_0(0)_generation_1(1)"] * max(completion - 1, 0)
-        for name in steps:
-            out.append({"ph": "X", "cat": "user_annotation", "name": name, "ts": ts, "dur": 50.0, "pid": 1, "tid": 1})
-            out += [{"ph": "X", "cat": "kernel", "name": k, "ts": ts + at, "dur": dur, "pid": 0, "tid": 7}
-                    for k, at, dur in KERNELS]
+        for prefill in [True] + [False] * max(completion - 1, 0):
+            kernels = [("_prepare_pos_seq_lens_kernel", 0.0, 2.0, [2, 1, 1])]
+            kernels += [("_prepare_prefill_inputs_kernel", 3.0, 2.0, [1, 1, 1])] if prefill else []
+            kernels += [(k, at, dur, [1, 1, 1]) for k, at, dur in KERNELS]
+            for name, at, dur, grid in kernels:
+                corr += 1
+                out.append({"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "ts": ts + at - 5.0,
+                            "dur": 4.0, "pid": 1, "tid": 1, "args": {"correlation": corr}})
+                out.append({"ph": "X", "cat": "kernel", "name": name, "ts": ts + at, "dur": dur, "pid": 0, "tid": 7,
+                            "args": {"grid": grid, "correlation": corr}})
             ts += STEP_US
     return out
 

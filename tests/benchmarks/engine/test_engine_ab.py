@@ -146,6 +146,25 @@ def test_the_newest_trace_written_since_the_pass_started_is_the_one_read(tmp_pat
     assert ab.newest_trace(tmp_path, since) == old
 
 
+def test_traces_stay_while_the_kept_ones_fit_the_cap_and_plain_json_never(tmp_path):
+    def trace(name: str, size: int) -> Path:
+        path = tmp_path / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(b"x" * size)
+        return path
+
+    # One pass after another, as the A/B writes them: each trace is judged as it arrives.
+    first = trace("int8/t.pt.trace.json.gz", 40)
+    assert ab.keep_trace(first, tmp_path, cap=100)
+    second = trace("fp8/t.pt.trace.json.gz", 40)
+    assert ab.keep_trace(second, tmp_path, cap=100)
+    third = trace("bf16/t.pt.trace.json.gz", 40)
+    assert not ab.keep_trace(third, tmp_path, cap=100) and not third.exists()  # 120 > 100
+    plain = trace("int8/u.pt.trace.json", 1)
+    assert not ab.keep_trace(plain, tmp_path, cap=100) and not plain.exists()
+    assert first.exists() and second.exists()
+
+
 # --- the options that start an A/B
 
 
@@ -335,5 +354,8 @@ def test_a_whole_ab_serves_each_arm_alone_in_the_order_given(tmp_path, free_port
     assert flags("int8-pyswitch") == flags("int8")
     done = [got["arms"][label]["done_s"] for label in order]
     assert done == sorted(done)
-    assert not list((tmp_path / "out" / ab.PROFILE_DIR).rglob("*.json*"))  # each trace read, then deleted
+    # Each trace read; the small ones stay beside the summary (gzip), named by the profile that kept it.
+    kept = sorted(p.parent.name for p in (tmp_path / "out" / ab.PROFILE_DIR).rglob("*.json*"))
+    assert kept == sorted(label for label in order if got["arms"][label]["profiles"]["in8192-c1"]["trace_kept"])
+    assert kept and all(got["arms"][label]["profiles"]["in8192-c1"]["activities"] == ["CUDA"] for label in order)
     assert took < 20

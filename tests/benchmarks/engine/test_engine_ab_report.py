@@ -41,11 +41,13 @@ def profile(*, decode_tokens: int = 100, mixed_tokens: int = 0, decode: dict | N
         return {"steps": 20, "gen_requests": 1, "step_us": s["step_us"], "step_us_median": s.get("step_us_median", s["step_us"]),
                 "gpu_busy_us": s["step_us"] - s["families"].get(bd.IDLE_ROW, 0.0),
                 "idle_us": s["families"].get(bd.IDLE_ROW, 0.0), "overlap_us": 0.0, "kernels": {}, "categories": {},
-                "idle_after": s.get("idle_after", {}), "families": s["families"]}
+                "idle_after": s.get("idle_after", {}), "families": s["families"],
+                **{k: s[k] for k in ("host_step_us", "host_before") if k in s}}
 
     return {"trace": "t.pt.trace.json.gz", "tokens": {"steps": {}, "tokens": {"decode": decode_tokens, "mixed": mixed_tokens},
                                                       "median_period_us": None},
-            "decode": step(decode), "mixed": step(mixed), "trace_bytes": 1000, "profiled_median_tpot_ms": 1.0}
+            "decode": step(decode), "mixed": step(mixed), "trace_bytes": 1000, "trace_kept": True,
+            "activities": ["CUDA"], "profiled_median_tpot_ms": 1.0}
 
 
 def summary(tpots: dict[str, list[float]], *, cells=(CELL,), results: list[dict] | None = None,
@@ -223,17 +225,19 @@ def test_the_breakdown_takes_the_step_kind_that_delivered_more_tokens():
     decode = {"step_us": 900.0, "families": {"MoE / MLP": 500.0, bd.IDLE_ROW: 400.0}}
     mixed = {"step_us": 2200.0, "families": {"QSA attention": 1500.0, "MoE / MLP": 600.0, bd.IDLE_ROW: 100.0},
              "idle_after": {"memcpy DtoH": 80.0, "QSA attention": 20.0}}
-    s = summary({"int8": [2.0, 2.0, 2.0]}, profiles={"int8": {"in8192-c1": profile(
+    s = summary({"int8": [2.4, 2.4, 2.4]}, profiles={"int8": {"in8192-c1": profile(
         decode_tokens=100, mixed_tokens=900, decode=decode, mixed=mixed)}})
     (b,) = report(s).breakdown
     assert (b.arm, b.input_len, b.concurrency, b.step_kind) == ("int8", 8192, 1, "mixed")
-    assert b.step_us == 2200.0 and b.families == mixed["families"] and b.idle_after == mixed["idle_after"]
-    assert b.bound == "QSA attention"
-    assert b.measured_itl_ms == 2.0 and b.accounting_gap == pytest.approx(0.1)
+    # The host's row is what the measured ITL (2.4 ms) leaves beside the GPU's 2100 us, not the profiled idle.
+    assert b.step_us == 2200.0 and b.families == {**mixed["families"], bd.IDLE_ROW: pytest.approx(300.0)}
+    assert b.gpu_busy_us == 2100.0 and b.idle_after == mixed["idle_after"] and b.bound == "QSA attention"
+    assert b.measured_itl_ms == 2.4 and b.accounting_gap == pytest.approx(0.2 / 2.4)
     # Control: the same pass with most tokens from decode steps describes those.
     s["ab"]["arms"]["int8"]["profiles"]["in8192-c1"]["tokens"]["tokens"] = {"decode": 900, "mixed": 100}
     (b,) = report(s).breakdown
-    assert b.step_kind == "decode" and b.step_us == 900.0 and b.bound == "MoE / MLP"
+    assert b.step_kind == "decode" and b.step_us == 900.0 and b.families[bd.IDLE_ROW] == pytest.approx(1900.0)
+    assert b.bound == bd.IDLE_ROW
 
 
 def test_a_kind_without_a_breakdown_falls_back_to_the_other_and_none_is_listed():
@@ -248,25 +252,40 @@ def test_a_kind_without_a_breakdown_falls_back_to_the_other_and_none_is_listed()
 
 
 def test_a_step_that_waits_on_the_host_is_bound_by_it_and_a_large_gap_is_marked():
-    # A mean step above its median (a few long steps): the families sum to the mean, the median is held
-    # to the measured ITL p50 (1.0 ms here).
-    decode = {"step_us": 1600.0, "step_us_median": 1500.0,
+    # 700 us of GPU work in a step the repeats measured at 2.0 ms: the host's 1300 us bound it. The profiled
+    # median step (1000 us) is far from that ITL: marked.
+    decode = {"step_us": 1600.0, "step_us_median": 1000.0,
               "families": {"QSA attention": 300.0, "MoE / MLP": 400.0, bd.IDLE_ROW: 900.0},
-              "idle_after": {"memcpy DtoH": 800.0, "MoE / MLP": 100.0}}
-    s = summary({"int8": [1.0, 1.0]}, profiles={"int8": {"in8192-c1": profile(decode=decode)}})
+              "idle_after": {"memcpy DtoH": 800.0, "MoE / MLP": 100.0},
+              "host_step_us": 1950.0, "host_before": {"graph": 1200.0, "QSA attention": 50.0}}
+    s = summary({"int8": [2.0, 2.0]}, profiles={"int8": {"in8192-c1": profile(decode=decode)}})
     got = report(s)
     (b,) = got.breakdown
-    assert b.bound == bd.IDLE_ROW and b.accounting_gap == pytest.approx(0.5) and b.accounting_gap > bd.ACCOUNTING_LIMIT
-    assert (b.step_us, b.step_us_median) == (1600.0, 1500.0)
+    assert b.bound == bd.IDLE_ROW and b.families[bd.IDLE_ROW] == pytest.approx(1300.0)
+    assert b.accounting_gap == pytest.approx(0.5) and b.accounting_gap > bd.ACCOUNTING_LIMIT
+    assert (b.step_us, b.step_us_median, b.host_step_us) == (1600.0, 1000.0, 1950.0)
     md = rep.markdown([run_of(s)], got)
     row = next(line for line in md.splitlines() if line.startswith("| int8 | 8K x c1 | decode |"))
-    assert row == ("| int8 | 8K x c1 | decode | 1600 | 300 | 400 | 900 | memcpy DtoH (800) | GPU idle (host) | "
-                   "1500 | 1.000 | 50.0% (!) |")
+    assert row == ("| int8 | 8K x c1 | decode | 300 | 400 | 1300 | 700 | 1950 | graph (1200) | memcpy DtoH (800) | "
+                   "host | 1000 | 2.000 | 50.0% (!) |")
     # Control: a profile that matches the repeats carries no mark.
-    s["ab"]["arms"]["int8"]["profiles"]["in8192-c1"] = profile(decode={**decode, "step_us_median": 1040.0})
+    s["ab"]["arms"]["int8"]["profiles"]["in8192-c1"] = profile(decode={**decode, "step_us_median": 1960.0})
     got = report(s)
-    assert got.breakdown[0].accounting_gap == pytest.approx(0.04)
+    assert got.breakdown[0].accounting_gap == pytest.approx(0.02)
     assert "(!)" not in rep.markdown([run_of(s)], got)
+
+
+def test_a_profile_recorded_with_cpu_activity_gives_no_row_and_says_why():
+    decode = {"step_us": 1000.0, "families": {"MoE / MLP": 700.0, bd.IDLE_ROW: 300.0}}
+    cpu = {**profile(decode=decode), "activities": ["CPU", "CUDA"]}
+    old = {k: v for k, v in profile(decode=decode).items() if k != "activities"}  # summaries before it was named
+    s = summary({"int8": [1.0], "fp8": [1.0], "bf16": [1.0]}, profiles={
+        "int8": {"in8192-c1": cpu}, "fp8": {"in8192-c1": old}, "bf16": {"in8192-c1": profile(decode=decode)}})
+    got = report(s)
+    assert [b.arm for b in got.breakdown] == ["bf16"]
+    md = rep.markdown([run_of(s)], got)
+    for arm in ("int8", "fp8"):
+        assert f"{arm} in8192-c1: profile without a breakdown (recorded with CPU activity" in md
 
 
 # --- a second run

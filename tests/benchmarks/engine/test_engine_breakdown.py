@@ -1,4 +1,4 @@
-"""The decode-step breakdown on synthetic profiler traces: which annotations make steps and windows,
+"""The decode-step breakdown on synthetic profiler traces: which kernels make steps and windows,
 how GPU time is clipped, unioned and summed, the kernel families, and the small summary the GPU
 host writes."""
 
@@ -12,21 +12,34 @@ import pytest
 
 from benchmarks.engine import breakdown as bd
 
-#: What every trace also holds and the breakdown must pass over: flow, metadata, a CPU op, a
-#: runtime call, and a kernel event without a duration.
+#: What every trace also holds and the breakdown must pass over: flow, metadata, a CPU op and a CPU
+#: step annotation (traces recorded with CPU activity), a runtime call, a kernel without a duration,
+#: and a step kernel without a grid.
 NOISE = [
     {"ph": "M", "name": "process_name", "pid": 1, "args": {"name": "python"}},
     {"ph": "s", "cat": "ac2g", "name": "ac2g", "id": 1, "ts": 5.0, "pid": 1, "tid": 1},
     {"ph": "f", "cat": "ac2g", "name": "ac2g", "id": 1, "ts": 6.0, "pid": 0, "tid": 7},
     {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "ts": 1.0, "dur": 500.0, "pid": 1, "tid": 1},
+    {"ph": "X", "cat": "user_annotation", "name": "execute_context_0(0)_generation_4(4)", "ts": 40.0, "dur": 5.0,
+     "pid": 1, "tid": 1},
     {"ph": "X", "cat": "cuda_runtime", "name": "cudaGraphLaunch", "ts": 2.0, "dur": 3.0, "pid": 1, "tid": 1},
     {"ph": "X", "cat": "kernel", "name": "no_duration_kernel", "ts": 3.0, "pid": 0, "tid": 7},
+    {"ph": "X", "cat": "kernel", "name": bd.STEP_KERNEL, "ts": 45.0, "dur": 0.0, "pid": 0, "tid": 7},
 ]
 
 
-def step(ts: float, *, ctx: int = 0, gen: int = 4, cat: str = "user_annotation") -> dict:
-    name = f"execute_context_{ctx}({ctx * 100})_generation_{gen}({gen})"
-    return {"ph": "X", "cat": cat, "name": name, "ts": ts, "dur": 5.0, "pid": 1, "tid": 1}
+def step(ts: float, *, ctx: int = 0, gen: int = 4, corr: int | None = None) -> list[dict]:
+    """The kernels that open a step on the GPU: the step kernel on a grid of requests + 1, and the
+    prefill kernel where the step prefills (`ctx` requests of its own: 1 or 0 here). No duration, so
+    they add no GPU time; `corr` ties the step kernel to a host launch."""
+    args: dict = {"grid": [ctx + gen + 1, 1, 1]}
+    if corr is not None:
+        args["correlation"] = corr
+    out = [{"ph": "X", "cat": "kernel", "name": bd.STEP_KERNEL, "ts": ts, "dur": 0.0, "pid": 0, "tid": 7, "args": args}]
+    if ctx:
+        out.append({"ph": "X", "cat": "kernel", "name": bd.PREFILL_KERNEL, "ts": ts, "dur": 0.0, "pid": 0, "tid": 7,
+                    "args": {"grid": [ctx + gen, 1, 1]}})
+    return out
 
 
 def kernel(name: str, ts: float, dur: float, *, stream: int = 7, cat: str = "kernel") -> dict:
@@ -34,7 +47,7 @@ def kernel(name: str, ts: float, dur: float, *, stream: int = 7, cat: str = "ker
 
 
 def steps_at(*starts: float, gen: int = 4) -> list[dict]:
-    return [step(t, gen=gen) for t in starts]
+    return [e for t in starts for e in step(t, gen=gen)]
 
 
 def write(path, events: list[dict]):
@@ -44,7 +57,7 @@ def write(path, events: list[dict]):
 
 
 def test_a_gz_and_a_plain_trace_give_their_events(tmp_path):
-    events = [step(0.0), kernel("k", 1.0, 2.0)]
+    events = step(0.0) + [kernel("k", 1.0, 2.0)]
     for name in ("w.pt.trace.json.gz", "w.pt.trace.json"):
         assert bd.load_trace(write(tmp_path / name, events)) == NOISE + events
 
@@ -58,13 +71,13 @@ def test_a_file_that_is_no_chrome_trace_is_named(tmp_path, content):
         bd.load_trace(path)
 
 
-def test_step_names_parse_and_others_do_not():
-    assert bd.parse_step("execute_context_2(4096)_generation_6(6)") == bd.StepKind(2, 4096, 6, 6)
-    assert bd.parse_step("execute_context_0(0)_generation_4(4)").kind == "decode"
-    assert bd.parse_step("execute_context_1(9)_generation_0(0)").kind == "prefill"
-    assert bd.parse_step("execute_context_1(9)_generation_3(3)").kind == "mixed"
-    for other in ("execute_model", "execute_context_0(0)_generation_4(4)_x", "execute_context_0_generation_4", None):
-        assert bd.parse_step(other) is None
+def test_the_step_kernels_grid_and_the_prefill_kernel_make_the_step_kind():
+    events = step(0, gen=4) + step(100, ctx=1, gen=0) + step(200, ctx=1, gen=3) + step(300, gen=0) + step(400)
+    assert [(s.kind.kind, s.kind.requests, s.kind.gen_requests) for s in bd._steps(events + NOISE)] == [
+        ("decode", 4, 4), ("prefill", 1, 0), ("mixed", 4, 3), ("empty", 0, 0), ("decode", 4, 4)]
+    # A prefill kernel belongs to the step it starts in, not to the one before.
+    late = step(0) + step(100) + [{**step(150, ctx=1, gen=0)[1]}]
+    assert [s.kind.kind for s in bd._steps(late)] == ["decode", "mixed"]
 
 
 def test_overlapping_kernels_on_two_streams_are_busy_once_and_summed_twice():
@@ -96,7 +109,7 @@ def test_gpu_work_longer_than_the_steps_never_makes_busy_exceed_wall():
 
 
 def test_prefill_and_mixed_steps_are_not_measured_but_end_the_decode_step_before():
-    events = [step(0), step(60, ctx=1, gen=0), step(100), step(130, ctx=1, gen=3), step(200), step(300)]
+    events = step(0) + step(60, ctx=1, gen=0) + step(100) + step(130, ctx=1, gen=3) + step(200) + step(300)
     events += [kernel("decode_k", 10, 20), kernel("prefill_k", 70, 20), kernel("mixed_k", 140, 50)]
     b = bd.decode_breakdown(events, skip_first=0)
     assert b.steps == 3
@@ -104,18 +117,17 @@ def test_prefill_and_mixed_steps_are_not_measured_but_end_the_decode_step_before
     assert set(b.kernels) == {"decode_k"}
 
 
-def test_gpu_side_annotations_make_no_steps():
-    events = steps_at(0, 100, 200) + [step(50, cat="gpu_user_annotation"), step(150, cat="gpu_user_annotation")]
-    b = bd.decode_breakdown(events, skip_first=0)
+def test_cpu_annotations_make_no_steps_and_a_trace_of_only_them_says_so():
+    b = bd.decode_breakdown(NOISE + steps_at(0, 100, 200), skip_first=0)
     assert b.steps == 2 and b.step_us == 100
-    with pytest.raises(ValueError, match="0 step annotations.*2 gpu_user_annotation spans"):
-        bd.decode_breakdown([e for e in events if e["cat"] == "gpu_user_annotation"], skip_first=0)
+    with pytest.raises(ValueError, match="0 steps by _prepare_pos_seq_lens_kernel.*CPU annotations but no step kernel"):
+        bd.decode_breakdown(NOISE, skip_first=0)
 
 
 def test_skip_first_drops_the_first_decode_steps_and_gen_requests_filters():
     lengths = [10, 20, 30, 40, 50, 60, 70]  # G=4 for the first four, G=8 for the last three
     starts = [sum(lengths[:i]) for i in range(len(lengths) + 1)]
-    events = [step(t, gen=4 if i < 4 else 8) for i, t in enumerate(starts[:-1])] + [step(starts[-1], ctx=1, gen=0)]
+    events = [e for i, t in enumerate(starts[:-1]) for e in step(t, gen=4 if i < 4 else 8)] + step(starts[-1], ctx=1, gen=0)
     b = bd.decode_breakdown(events, skip_first=2)
     assert (b.steps, b.step_us, b.gen_requests) == (5, 50, 8)
     b = bd.decode_breakdown(events, gen_requests=4, skip_first=1)
@@ -130,8 +142,8 @@ def test_the_median_is_the_middle_step_not_the_mean():
 
 
 def test_no_decode_step_names_what_the_trace_holds():
-    events = [step(0, ctx=1, gen=0), step(100, ctx=2, gen=0), step(200, ctx=1, gen=2), step(300, gen=0)]
-    with pytest.raises(ValueError, match=r"4 step annotations \(prefill 2, mixed 1, decode 0, empty 1\)"):
+    events = step(0, ctx=1, gen=0) + step(100, ctx=1, gen=0) + step(200, ctx=1, gen=2) + step(300, gen=0)
+    with pytest.raises(ValueError, match=r"4 steps by \w+ \(prefill 2, mixed 1, decode 0, empty 1\)"):
         bd.decode_breakdown(events)
     with pytest.raises(ValueError, match=r"decode 3.*by gen_requests: 4: 3; 0 with gen_requests=8"):
         bd.decode_breakdown(steps_at(0, 100, 200), gen_requests=8)
@@ -240,14 +252,49 @@ def test_the_summary_is_json_and_keeps_the_longest_kernels(tmp_path):
 def test_a_trace_that_missed_decode_is_summarized_with_the_reason_and_only_a_non_trace_raises(tmp_path):
     """A profiled pass that caught only prefill steps still gives its summary: the reason stands under
     `decode` (and `mixed`), naming what the trace holds. A file that is not a trace raises, naming it."""
-    path = write(tmp_path / "prefill.pt.trace.json", [step(0, ctx=1, gen=0), step(100, ctx=1, gen=0)])
+    path = write(tmp_path / "prefill.pt.trace.json", step(0, ctx=1, gen=0) + step(100, ctx=1, gen=0))
     summary = bd.summarize(path)
     assert json.loads(json.dumps(summary)) == summary and summary["trace"] == "prefill.pt.trace.json"
     assert set(summary["decode"]) == {"error"} and set(summary["mixed"]) == {"error"}
-    assert re.search(r"2 step annotations \(prefill 2, mixed 0, decode 0, empty 0\)", summary["decode"]["error"])
+    assert re.search(r"2 steps by \w+ \(prefill 2, mixed 0, decode 0, empty 0\)", summary["decode"]["error"])
     assert summary["tokens"]["steps"] == {"prefill": 2, "mixed": 0, "decode": 0}
     assert summary["tokens"]["median_period_us"] is None
     bad = tmp_path / "cut.pt.trace.json.gz"
     bad.write_bytes(gzip.compress(b'{"traceEvents": [')[:-4])
     with pytest.raises(ValueError, match=re.escape(str(bad)) + ": not a Chrome trace"):
         bd.summarize(bad)
+
+
+def launch(name: str, ts: float, dur: float, corr: int, *, cat: str = "cuda_runtime") -> dict:
+    return {"ph": "X", "cat": cat, "name": name, "ts": ts, "dur": dur, "pid": 1, "tid": 1,
+            "args": {"correlation": corr}}
+
+
+def test_the_host_side_is_read_from_the_cuda_calls_tied_to_the_step_kernels():
+    """Three decode steps of 100 us on the GPU; on the host each step is one step-kernel launch, 30 us
+    of work, a QSA kernel launch, a sync of 20 us, and a graph launch, and the host's windows run from
+    one step kernel's launch to the next's (90 us apart, not the GPU's 100: the host runs ahead)."""
+    events = []
+    for i, t in enumerate((0.0, 90.0, 180.0, 270.0)):
+        gpu = 1000.0 + 100 * i
+        base = 10 * i
+        events += step(gpu, corr=base + 1)
+        events += [launch("cudaLaunchKernel", t, 2, base + 1),
+                   launch("cuLaunchKernel", t + 32, 3, base + 2, cat="cuda_driver"),
+                   kernel("_qsa_sparse_paged_int8_splitk_kernel", gpu + 5, 10) | {"args": {"correlation": base + 2}},
+                   launch("cudaStreamSynchronize", t + 40, 20, base + 3),
+                   launch("cudaGraphLaunch", t + 70, 4, base + 4)]
+    b = bd.decode_breakdown(events, skip_first=0)
+    assert (b.steps, b.step_us, b.host_step_us) == (3, 100, 90)
+    assert b.host_calls["cudaStreamSynchronize"] == {"calls_per_step": 1, "us_per_step": 20}
+    assert b.host_calls["cuLaunchKernel"] == {"calls_per_step": 1, "us_per_step": 3}
+    # 30 us before the QSA launch (after the step kernel's 2), 35 before the graph launch (the sync's
+    # 20 us among them: host_calls names the sync), 16 after the graph launch's end.
+    assert b.host_before == pytest.approx({"QSA attention": 30, "graph": 35, "after the last launch": 16,
+                                           "other": 0})
+    assert list(b.host_before)[0] == "graph"
+
+
+def test_a_trace_without_host_calls_has_no_host_side():
+    b = bd.decode_breakdown(steps_at(0, 100, 200), skip_first=0)
+    assert (b.host_step_us, b.host_calls, b.host_before) == (None, {}, {})
