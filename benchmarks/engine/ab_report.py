@@ -17,6 +17,7 @@ same files, byte for byte.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import math
 import os
@@ -302,6 +303,9 @@ def step_breakdowns(run: Run) -> list[StepBreakdown]:
                 idle_after={k: float(v) for k, v in (step.get("idle_after") or {}).items() if _number(v)},
                 host_step_us=float(host_step) if _number(host_step) and host_step > 0 else None,
                 host_before={k: float(v) for k, v in (step.get("host_before") or {}).items() if _number(v)},
+                host_calls=len(step["host_sequence"]) if step.get("host_sequence") else None,
+                host_sequence_digest=sequence_digest(step.get("host_sequence")),
+                host_sequence_share=step.get("host_sequence_share") if _number(step.get("host_sequence_share")) else None,
                 measured_itl_ms=measured, accounting_gap=gap, bound=max(families, key=families.__getitem__)))
     return out
 
@@ -438,7 +442,7 @@ def markdown(runs: list[Run], result: EngineAB) -> str:
     else:
         lines.append("No pair of arms with completed repeats in the same cell.")
     lines += ["", "## Where a step goes (profiled pass, us per step)", ""]
-    lines += _breakdown_table(result.breakdown) if result.breakdown else [
+    lines += _breakdown_table(result.breakdown) + _host_calls_table(result.breakdown) if result.breakdown else [
         "No profiled pass gave a breakdown" + (" (the A/B ran without --ab-profile)." if not ab.get("profile") else ".")]
     if len(runs) > 1:
         lines += ["", f"## Agreement with run {runs[1].name} (median TPOT ms)", "",
@@ -519,6 +523,31 @@ def _families_shown(rows: list[StepBreakdown]) -> list[str]:
 def _top(d: dict[str, float]) -> str:
     top = next(iter(sorted(d.items(), key=lambda kv: (-kv[1], kv[0]))), None)
     return f"{top[0]} ({top[1]:.0f})" if top else "-"
+
+
+def sequence_digest(sequence: object) -> str | None:
+    """A short digest of a step's host call sequence: equal digests, the same calls in the same order."""
+    if not isinstance(sequence, list) or not sequence:
+        return None
+    return hashlib.sha256("\n".join(map(str, sequence)).encode()).hexdigest()[:12]
+
+
+def _host_calls_table(rows: list[StepBreakdown]) -> list[str]:
+    """Per cell, which arms' commonest steps make the same CUDA calls in the same order."""
+    rows = [b for b in rows if b.host_sequence_digest]
+    if not rows:
+        return []
+    lines = ["", "## The host's CUDA calls per step (profiled pass)", "",
+             "Each arm's commonest step of the kind above: its CUDA calls in order (launches, copies, syncs, "
+             "graph replays), the share of steps that made exactly those, and the arms of the cell whose "
+             "commonest step made the same calls in the same order: the same host work per step.", "",
+             "| arm | cell | step | CUDA calls | share of steps | same calls as |", "|---|---|---|---|---|---|"]
+    for b in rows:
+        same = [o.arm for o in rows if o is not b and (o.input_len, o.concurrency, o.step_kind) ==
+                (b.input_len, b.concurrency, b.step_kind) and o.host_sequence_digest == b.host_sequence_digest]
+        lines.append(f"| {b.arm} | {cell_label(b.input_len, b.concurrency)} | {b.step_kind} | {b.host_calls} | "
+                     f"{_g(b.host_sequence_share, '.0%')} | {', '.join(same) or '-'} |")
+    return lines
 
 
 def _breakdown_table(rows: list[StepBreakdown]) -> list[str]:

@@ -20,6 +20,7 @@ import gzip
 import json
 import re
 import statistics
+from collections import Counter
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -39,6 +40,8 @@ STEP_KERNEL = "_prepare_pos_seq_lens_kernel"
 #: Launched in a step only when it prefills (`prepare_prefill_inputs`).
 PREFILL_KERNEL = "_prepare_prefill_inputs_kernel"
 GPU_CATEGORIES = frozenset({"kernel", "gpu_memcpy", "gpu_memset"})
+#: How much of a kernel's name a step's host_sequence keeps: enough to tell kernels apart.
+SEQUENCE_NAME_CHARS = 80
 #: Host calls into CUDA, recorded with CUDA activity alone (no CPU activity needed).
 HOST_CATEGORIES = frozenset({"cuda_runtime", "cuda_driver"})
 #: Host calls that launch GPU work; the rest (syncs, event records, host functions) are counted by name.
@@ -128,6 +131,9 @@ class Breakdown:
     time between the host's launches of successive steps' STEP_KERNEL, `host_calls` each CUDA call's
     calls and us per step, `host_before` the host's time between one launch and the next, by what the
     next one launches (a kernel's family, or "graph" for a CUDA graph): where the host spends a step.
+    `host_sequence` is the commonest step's CUDA calls in order, each as "call" or "call > what it
+    launched" (kernel names cut to SEQUENCE_NAME_CHARS), and `host_sequence_share` the share of steps
+    that made exactly it: two arms whose sequences are equal do the same host work per step.
     """
 
     steps: int
@@ -143,6 +149,8 @@ class Breakdown:
     host_step_us: float | None = None
     host_calls: dict[str, dict[str, float]] = field(default_factory=dict)
     host_before: dict[str, float] = field(default_factory=dict)
+    host_sequence: list[str] = field(default_factory=list)
+    host_sequence_share: float | None = None
 
 
 def load_trace(path: Path) -> list[dict]:
@@ -331,17 +339,23 @@ def _host_side(events: list[dict], steps: list[_Step], used: list[int]) -> dict:
     if not windows:
         return {}
     launched: dict[object, str] = {}  # correlation -> what the call launched
+    first: dict[object, str] = {}  # correlation -> the first GPU event's name
     for e in events:
         if e.get("cat") in GPU_CATEGORIES and (corr := (e.get("args") or {}).get("correlation")) is not None:
             launched.setdefault(corr, after_label(str(e.get("name", "?")), e["cat"]))
+            first.setdefault(corr, str(e.get("name", "?"))[:SEQUENCE_NAME_CHARS])
+    sequences: Counter[tuple[str, ...]] = Counter()
     starts = [span[0] for span, _ in calls]
     per_call: dict[str, list[float]] = {}
     before: dict[str, float] = {}
     for lo, hi in windows:
         cursor = lo
+        sequence = []
         for k in range(bisect.bisect_left(starts, lo), bisect.bisect_left(starts, hi)):
             (a, b), e = calls[k]
             name = str(e.get("name", "?"))
+            what_gpu = first.get((e.get("args") or {}).get("correlation"))
+            sequence.append(f"{name} > {what_gpu}" if what_gpu else name)
             entry = per_call.setdefault(name, [0, 0.0])
             entry[0] += 1
             entry[1] += b - a
@@ -351,11 +365,14 @@ def _host_side(events: list[dict], steps: list[_Step], used: list[int]) -> dict:
                 before[what] = before.get(what, 0.0) + max(a - cursor, 0.0)
                 cursor = max(cursor, b)
         before["after the last launch"] = before.get("after the last launch", 0.0) + max(hi - cursor, 0.0)
+        sequences[tuple(sequence)] += 1
     n = len(windows)
+    common, count = sequences.most_common(1)[0]
     return {"host_step_us": sum(b - a for a, b in windows) / n,
             "host_calls": {name: {"calls_per_step": c / n, "us_per_step": t / n}
                            for name, (c, t) in sorted(per_call.items(), key=lambda kv: -kv[1][1])},
-            "host_before": {k: v / n for k, v in sorted(before.items(), key=lambda kv: -kv[1])}}
+            "host_before": {k: v / n for k, v in sorted(before.items(), key=lambda kv: -kv[1])},
+            "host_sequence": list(common), "host_sequence_share": count / n}
 
 
 def _idle_after(starts: list[float], ends: list[float], last: list[str], lo: list[float], hi: list[float],
@@ -451,4 +468,6 @@ def _summary(b: Breakdown) -> dict:
     out["families"] = {family: round(us, 3) for family, us in family_table(b).items()}
     out["host_calls"] = {name: {k: round(v, 3) for k, v in entry.items()} for name, entry in b.host_calls.items()}
     out["host_before"] = {what: round(us, 3) for what, us in b.host_before.items()}
+    if b.host_sequence_share is not None:
+        out["host_sequence_share"] = round(b.host_sequence_share, 3)
     return out

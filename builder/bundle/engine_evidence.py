@@ -131,6 +131,11 @@ class StepBreakdown(BaseModel):
                                        description="The host's time per step: from one step's launch to the next's.")
     host_before: dict[str, float] = Field(
         default_factory=dict, description="The host's us per step before each launch, by what it launches.")
+    host_calls: int | None = Field(default=None, ge=1, description="CUDA calls in the commonest step.")
+    host_sequence_digest: str | None = Field(
+        default=None, description="Digest of the commonest step's CUDA calls in order: equal, the same host work.")
+    host_sequence_share: float | None = Field(default=None, ge=0, le=1,
+                                              description="The share of steps that made exactly those calls.")
     measured_itl_ms: float | None = Field(default=None, description="The timed repeats' median ITL p50.")
     accounting_gap: float | None = Field(default=None,
                                          description="|profiled median step - measured ITL p50| / measured ITL p50.")

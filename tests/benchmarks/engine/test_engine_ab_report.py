@@ -42,7 +42,7 @@ def profile(*, decode_tokens: int = 100, mixed_tokens: int = 0, decode: dict | N
                 "gpu_busy_us": s["step_us"] - s["families"].get(bd.IDLE_ROW, 0.0),
                 "idle_us": s["families"].get(bd.IDLE_ROW, 0.0), "overlap_us": 0.0, "kernels": {}, "categories": {},
                 "idle_after": s.get("idle_after", {}), "families": s["families"],
-                **{k: s[k] for k in ("host_step_us", "host_before") if k in s}}
+                **{k: s[k] for k in ("host_step_us", "host_before", "host_sequence", "host_sequence_share") if k in s}}
 
     return {"trace": "t.pt.trace.json.gz", "tokens": {"steps": {}, "tokens": {"decode": decode_tokens, "mixed": mixed_tokens},
                                                       "median_period_us": None},
@@ -273,6 +273,25 @@ def test_a_step_that_waits_on_the_host_is_bound_by_it_and_a_large_gap_is_marked(
     got = report(s)
     assert got.breakdown[0].accounting_gap == pytest.approx(0.02)
     assert "(!)" not in rep.markdown([run_of(s)], got)
+
+
+def test_arms_whose_steps_make_the_same_cuda_calls_are_named_together_and_one_more_launch_parts_them():
+    calls = ["cudaLaunchKernel > _prepare_pos_seq_lens_kernel", "cudaGraphLaunch"]
+    def decode(sequence: list[str]) -> dict:
+        return {"step_us": 1000.0, "families": {"MoE / MLP": 700.0, bd.IDLE_ROW: 300.0},
+                "host_sequence": sequence, "host_sequence_share": 0.8}
+    s = summary({"int8": [1.0], "fp8": [1.0], "bf16": [1.0]}, profiles={
+        "int8": {"in8192-c1": profile(decode=decode(calls))}, "fp8": {"in8192-c1": profile(decode=decode(calls))},
+        "bf16": {"in8192-c1": profile(decode=decode([*calls, "cudaLaunchKernel > extra"]))}})
+    got = report(s)
+    assert [(b.arm, b.host_calls) for b in got.breakdown] == [("int8", 2), ("fp8", 2), ("bf16", 3)]
+    md = rep.markdown([run_of(s)], got)
+    assert "| int8 | 8K x c1 | decode | 2 | 80% | fp8 |" in md
+    assert "| fp8 | 8K x c1 | decode | 2 | 80% | int8 |" in md
+    assert "| bf16 | 8K x c1 | decode | 3 | 80% | - |" in md
+    # The same calls in another order are other host work.
+    s["ab"]["arms"]["fp8"]["profiles"]["in8192-c1"] = profile(decode=decode(calls[::-1]))
+    assert "| int8 | 8K x c1 | decode | 2 | 80% | - |" in rep.markdown([run_of(s)], report(s))
 
 
 def test_a_profile_recorded_with_cpu_activity_gives_no_row_and_says_why():

@@ -293,8 +293,25 @@ def test_the_host_side_is_read_from_the_cuda_calls_tied_to_the_step_kernels():
     assert b.host_before == pytest.approx({"QSA attention": 30, "graph": 35, "after the last launch": 16,
                                            "other": 0})
     assert list(b.host_before)[0] == "graph"
+    # Every step made the same calls: that sequence, in order, names what each launched.
+    assert b.host_sequence == ["cudaLaunchKernel > " + bd.STEP_KERNEL, "cuLaunchKernel > _qsa_sparse_paged_int8_splitk_kernel",
+                               "cudaStreamSynchronize", "cudaGraphLaunch"]
+    assert b.host_sequence_share == 1
+
+
+def test_the_commonest_step_gives_the_sequence_and_a_step_with_one_more_launch_differs():
+    events = []
+    for i, t in enumerate((0.0, 100.0, 200.0, 300.0, 400.0)):
+        events += step(1000.0 + 100 * i, corr=10 * i + 1) + [launch("cudaLaunchKernel", t, 2, 10 * i + 1)]
+        events += [launch("cudaGraphLaunch", t + 50, 4, 10 * i + 2)]
+        if i == 1:  # one step launches a kernel more
+            events += [launch("cudaLaunchKernel", t + 60, 2, 10 * i + 3),
+                       kernel("extra_kernel", 1150.0, 1.0) | {"args": {"correlation": 10 * i + 3}}]
+    b = bd.decode_breakdown(events, skip_first=0)
+    assert b.host_sequence == ["cudaLaunchKernel > " + bd.STEP_KERNEL, "cudaGraphLaunch"]
+    assert b.host_sequence_share == pytest.approx(3 / 4)
 
 
 def test_a_trace_without_host_calls_has_no_host_side():
     b = bd.decode_breakdown(steps_at(0, 100, 200), skip_first=0)
-    assert (b.host_step_us, b.host_calls, b.host_before) == (None, {}, {})
+    assert (b.host_step_us, b.host_calls, b.host_before, b.host_sequence) == (None, {}, {}, [])
