@@ -75,9 +75,11 @@ ENGINE_POOLS_FILE = "kv-pools.json"
 CLAIMS_FILE = "claims.toml"
 #: ENGINE_FIDELITY_FILE: int8 and fp8 KV against bf16 KV in the same engine run.
 ENGINE_FIDELITY_FILE = "fidelity.json"
-#: evidence/engine-ab/: the engine A/B of int8, fp8 and bf16 KV (benchmarks/engine/ab.py); its file names the hardware.
+#: evidence/engine-ab/: the engine A/B of int8, fp8 and bf16 KV (benchmarks/engine/ab.py), one folder per report
+#: (evidence/engine-ab/<date>-<gpu>/<what>/); each report's file names its hardware.
 ENGINE_AB_EVIDENCE = "engine-ab"
-#: ENGINE_AB_FILE: benchmarks.engine.ab_report's EngineAB, the ratios with intervals the card's A/B table shows.
+#: ENGINE_AB_FILE: benchmarks.engine.ab_report's EngineAB, the ratios with intervals the card's A/B table shows
+#: (every one under ENGINE_AB_EVIDENCE, combined per cell).
 ENGINE_AB_FILE = "engine-ab.json"
 #: Evidence files whose names start with this are benchmark results, not gates.
 BENCH_EVIDENCE_GLOB = "bench-*.json"

@@ -2,8 +2,8 @@
 
 Computed rows come from builder.plan (bytes per token per GPU, pool, sessions at max_model_len);
 measured rows only from evidence files: kv_pool gate files of the target, the H200
-kernel-level speed and accuracy files of evidence/kernels/, and the engine A/B of evidence/engine-ab/,
-each naming its file.
+kernel-level speed and accuracy files of evidence/kernels/, and the engine A/B reports under
+evidence/engine-ab/ (every engine-ab.json, combined per cell), each naming its file.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from builder.bundle.engine_evidence import (
     AB_RATIOS,
+    ABCell,
     HIGHER_IS_BETTER,
     MIN_VERDICT_REPEATS,
     EngineAB,
@@ -48,7 +49,12 @@ BASELINE_DTYPES = ("bfloat16", "auto")
 AB_COLUMNS = tuple((f"{a}/{b}", metric, f"{a}/{b} {name}")
                    for metric, name in (("median_tpot_ms", "TPOT"), ("median_ttft_ms", "TTFT")) for a, b in AB_RATIOS)
 ENGINE_REPORT_COMMAND = "python -m benchmarks.engine.report --run NAME=SUMMARY --out DIR"
-ENGINE_AB_COMMAND = f"python -m benchmarks.engine.ab_report --run NAME=SUMMARY --out evidence/{ENGINE_AB_EVIDENCE}"
+ENGINE_AB_COMMAND = f"python -m benchmarks.engine.ab_report --run NAME=SUMMARY --out evidence/{ENGINE_AB_EVIDENCE}/DIR"
+#: The PLE table's cost in the engine: int8 with it memory-mapped (the ple-mmap patch) over int8 with it
+#: pinned in host memory; the reports hold the variant over its base ('int8-pinned/int8'), the card the inverse.
+PLE_PINNED_PAIR = "int8-pinned/int8"
+PLE_COST_LABEL = "int8/int8-pinned"
+PLE_COST_METRICS = (("median_tpot_ms", "TPOT"), ("median_ttft_ms", "TTFT"))
 
 
 class CapacityRow(BaseModel):
@@ -92,25 +98,41 @@ class EngineABRow(BaseModel):
     model_config = ConfigDict(frozen=True)
     cell: str
     ratios: list[str]
+    #: The references (EngineABReport.ref) of the reports the row's entries come from, "-" for none.
+    reports: str
+
+
+class EngineABReport(BaseModel):
+    """One engine-ab.json the table reads, as its caption lists it."""
+
+    model_config = ConfigDict(frozen=True)
+    ref: int
+    run: str
+    source: str
+    order: str
+    #: How far a second run's median TPOT was from this run's; "" when none was compared.
+    agreement: str = ""
 
 
 class EngineABTable(BaseModel):
-    """The engine A/B as the card shows it; text from the file is escaped by the template."""
+    """The engine A/B as the card shows it: every report of one label, hardware and MTP setting, one
+    row per cell; text from the files is escaped by the template."""
 
     model_config = ConfigDict(frozen=True)
-    source: str
     label: str
     hardware: str
-    run: str
     mtp: str
-    order: str
     repeats: str
     headers: list[str]
     rows: list[EngineABRow]
-    #: "host in 5 of 6, ..." over the profiled decode steps; "" when the file has none.
+    reports: list[EngineABReport]
+    #: "host in 5 of 6, ..." over the profiled decode steps; "" when the files have none.
     bound: str = ""
-    #: How far a second run's median TPOT was from this run's; "" when none was compared.
-    agreement: str = ""
+    #: Entries measured in more than one report: which one the table shows, and the others' values.
+    also: list[str] = []
+    #: int8 with the PLE table memory-mapped over int8 with it pinned, per cell measured; [] without such a run.
+    ple_cost: list[str] = []
+    ple_cost_reports: str = ""
     #: Fewer repeats than this on either arm get no verdict (engine_evidence.verdict_of).
     min_repeats: int = MIN_VERDICT_REPEATS
 
@@ -141,7 +163,8 @@ class CapacitySection(BaseModel):
     accuracy_source: str | None = None
     accuracy_metric: str = ""
     accuracy: list[AccuracyRow] = []
-    engine_ab: EngineABTable | None = None
+    #: One table per label, hardware and MTP setting of the reports under evidence/engine-ab/.
+    engine_ab: list[EngineABTable] = []
 
     @property
     def hosts_rows(self) -> list[dict[str, str]]:
@@ -322,40 +345,128 @@ def _ratio_text(r: RatioEstimate, metric: str) -> str | None:
     return f"{r.value:.{digits}f}x [{r.low:.{digits}f}-{r.high:.{digits}f}] {verdict}"
 
 
-def _bound_text(ab: EngineAB) -> str:
-    decode = [b for b in ab.breakdown if b.step_kind == "decode"]
+def _inverse(r: RatioEstimate, metric: str) -> RatioEstimate:
+    """b/a from a/b: the percentile bootstrap's bounds invert with it (1/x keeps their order statistics),
+    and the verdict is the other arm's."""
+    low, high = 1 / r.high, 1 / r.low
+    return RatioEstimate(value=1 / r.value, low=low, high=high, n=r.n,
+                         verdict=verdict_of(low=low, high=high, n=r.n, lower_is_better=metric not in HIGHER_IS_BETTER))
+
+
+def _bound_text(reports: list[EngineAB]) -> str:
+    decode = [b for ab in reports for b in ab.breakdown if b.step_kind == "decode"]
     counts = Counter(b.bound for b in decode)
     return ", ".join(f"{bound} in {n} of {len(decode)}" for bound, n in counts.most_common())
 
 
-def engine_ab_table(path: Path, *, source: str) -> EngineABTable | None:
-    """The engine A/B's int8 ratios per cell (grid order: prompt length, then concurrency), each with
-    its interval and verdict; None when there is no such run."""
-    ab = _engine_check(path, EngineAB, "A/B", ENGINE_AB_COMMAND)
-    if ab is None:
+def _cell_name(cell: ABCell) -> str:
+    return f"{_tokens(cell.input_len)} x {cell.concurrency}"
+
+
+def _entry(path: Path, cell: ABCell, pair: str, metric: str, header: str) -> str | None:
+    """The ratio as the card prints it; None where the cell has no such ratio; a RenderError where the
+    file's verdict does not follow from its interval."""
+    r = cell.ratios.get(pair, {}).get(metric)
+    if r is None:
         return None
-    rows = []
-    for cell in sorted(ab.cells, key=lambda c: (c.input_len, c.concurrency)):
-        name = f"{_tokens(cell.input_len)} x {cell.concurrency}"
-        ratios = []
+    text = _ratio_text(r, metric)
+    if text is None:
+        raise RenderError(f"{path}: cell {_cell_name(cell)}, {header}: the verdict {r.verdict!r} does not follow from "
+                          f"its interval [{r.low}, {r.high}] around {r.value}", hint=f"regenerate it: {ENGINE_AB_COMMAND}")
+    return text
+
+
+def _preferred(found: list[tuple[int, EngineAB, str]]) -> tuple[int, EngineAB, str]:
+    """Of one entry measured in several reports, the one checked against a second run, then the one
+    over more repeats, then the first listed."""
+    return min(found, key=lambda f: (not f[1].agreement, -_repeats_of(f[1]), f[0]))
+
+
+def _repeats_of(ab: EngineAB) -> int:
+    return min((e.n for c in ab.cells for arm in c.medians.values() for e in arm.values()), default=0)
+
+
+def _agreement_text(ab: EngineAB) -> str:
+    if not ab.agreement:
+        return ""
+    second = ab.agreement_run or "a second run"
+    return (f"the median TPOT of {second} was within {max(ab.agreement.values()):.1%} of this run's over the "
+            f"{len(ab.agreement)} arm and cell pairs compared")
+
+
+def load_engine_abs(ab_dir: Path) -> list[tuple[Path, str, EngineAB]]:
+    """(file, its path in the repository, report) of every engine-ab.json under ``ab_dir``, in path order."""
+    found = sorted(ab_dir.rglob(ENGINE_AB_FILE)) if ab_dir.is_dir() else []
+    return [(path, f"evidence/{ENGINE_AB_EVIDENCE}/{path.relative_to(ab_dir).as_posix()}",
+             _engine_check(path, EngineAB, "A/B", ENGINE_AB_COMMAND)) for path in found]
+
+
+def engine_ab_tables(ab_dir: Path) -> list[EngineABTable]:
+    """The engine A/B reports under ``ab_dir``, one table per label, hardware and MTP setting (a cell
+    of one GPU is never shown as another's): per cell (grid order: prompt length, then concurrency)
+    int8's ratios with their intervals and verdicts, each from the report that measured it (one
+    checked against a second run first, see _preferred; the others are listed), "not measured" where
+    none did; and int8 mapped over int8-pinned where a report measured that. [] without reports."""
+    groups: dict[tuple[str, str, int], list[tuple[Path, str, EngineAB]]] = {}
+    for path, source, ab in load_engine_abs(ab_dir):
+        groups.setdefault((ab.label, ab.hardware, ab.mtp_k), []).append((path, source, ab))
+    return [_engine_ab_table(label, hardware, mtp_k, members) for (label, hardware, mtp_k), members in groups.items()]
+
+
+def _engine_ab_table(label: str, hardware: str, mtp_k: int, members: list[tuple[Path, str, EngineAB]]) -> EngineABTable:
+    reports = [EngineABReport(ref=i, run=ab.run, source=source, order=", ".join(ab.order), agreement=_agreement_text(ab))
+               for i, (_, source, ab) in enumerate(members, 1)]
+    cells = sorted({(c.input_len, c.concurrency) for _, _, ab in members for c in ab.cells})
+    rows, also, ple_cost, ple_refs = [], [], [], []
+
+    def measured(key, pair, metric, header, invert=False):
+        """[(ref, report, text)] of every report that measured pair/metric at the cell ``key``."""
+        found = []
+        for ref, (path, _, ab) in enumerate(members, 1):
+            for cell in ab.cells:
+                if (cell.input_len, cell.concurrency) == key and (text := _entry(path, cell, pair, metric, header)):
+                    if invert:
+                        text = _ratio_text(_inverse(cell.ratios[pair][metric], metric), metric)
+                    found.append((ref, ab, text))
+        return found
+
+    def pick(name, header, found):
+        ref, _, text = chosen = _preferred(found)
+        for other in found:
+            if other is not chosen:
+                also.append(f"{name} {header}: ({other[0]}) {other[2]}; the table shows ({ref})'s")
+        return ref, text
+
+    for key in cells:
+        name = f"{_tokens(key[0])} x {key[1]}"
+        ratios, refs = [], []
         for pair, metric, header in AB_COLUMNS:
-            r = cell.ratios.get(pair, {}).get(metric)
-            text = "not measured" if r is None else _ratio_text(r, metric)
-            if text is None:
-                raise RenderError(f"{path}: cell {name}, {header}: the verdict {r.verdict!r} does not follow from "
-                                  f"its interval [{r.low}, {r.high}] around {r.value}",
-                                  hint=f"regenerate it: {ENGINE_AB_COMMAND}")
+            found = measured(key, pair, metric, header)
+            if not found:
+                ratios.append("not measured")
+                continue
+            ref, text = pick(name, header, found)
             ratios.append(text)
-        rows.append(EngineABRow(cell=name, ratios=ratios))
-    repeats = sorted({e.n for c in ab.cells for arm in c.medians.values() for e in arm.values()})
-    agreement = (f"a second run's median TPOT was within {max(ab.agreement.values()):.1%} of this run's over the "
-                 f"{len(ab.agreement)} arm and cell pairs compared") if ab.agreement else ""
+            refs.append(ref)
+        if refs:
+            rows.append(EngineABRow(cell=name, ratios=ratios, reports=", ".join(str(r) for r in sorted(set(refs)))))
+        costs = []
+        for metric, what in PLE_COST_METRICS:
+            header = f"{PLE_COST_LABEL} {what}"
+            found = measured(key, PLE_PINNED_PAIR, metric, header, invert=True)
+            if found:
+                ref, text = pick(name, header, found)
+                costs.append(f"{what} {text}")
+                ple_refs.append(ref)
+        if costs:
+            ple_cost.append(f"{name}: {', '.join(costs)}")
+    repeats = sorted({e.n for _, _, ab in members for c in ab.cells for arm in c.medians.values() for e in arm.values()})
     return EngineABTable(
-        source=source, label=ab.label, hardware=ab.hardware, run=ab.run,
-        mtp="MTP off" if ab.mtp_k == 0 else f"MTP on (k={ab.mtp_k})",
-        order=", ".join(ab.order),
+        label=label, hardware=hardware, mtp="MTP off" if mtp_k == 0 else f"MTP on (k={mtp_k})",
         repeats=(f"{repeats[0]}" if len(repeats) == 1 else f"{repeats[0]}-{repeats[-1]}") if repeats else "no",
-        headers=[header for _, _, header in AB_COLUMNS], rows=rows, bound=_bound_text(ab), agreement=agreement)
+        headers=[header for _, _, header in AB_COLUMNS], rows=rows, reports=reports,
+        bound=_bound_text([ab for _, _, ab in members]), also=also, ple_cost=ple_cost,
+        ple_cost_reports=", ".join(f"({r})" for r in sorted(set(ple_refs))))
 
 
 def capacity_section(plan: CapacityPlan | None, *, plan_error: str | None, evidence_dir: Path,
@@ -364,9 +475,7 @@ def capacity_section(plan: CapacityPlan | None, *, plan_error: str | None, evide
     speed_src, speed_triton, speed, below = kernel_speed(kernels_dir) if kernels_dir is not None else ([], "", [], [])
     acc_src, metric, acc = kernel_accuracy(kernels_dir) if kernels_dir is not None else (None, "", [])
     # The engine runs live beside the kernel evidence: both come with the patch series.
-    ab_source = f"evidence/{ENGINE_AB_EVIDENCE}/{ENGINE_AB_FILE}"
-    ab = engine_ab_table(kernels_dir.parent / ENGINE_AB_EVIDENCE / ENGINE_AB_FILE,
-                         source=ab_source) if kernels_dir is not None else None
+    ab = engine_ab_tables(kernels_dir.parent / ENGINE_AB_EVIDENCE) if kernels_dir is not None else []
     kernel = {"kernel_speed_sources": speed_src, "kernel_speed_triton": speed_triton, "kernel_speed": speed,
               "kernel_speed_below_bf16": below, "accuracy_source": acc_src,
               "accuracy_metric": metric, "accuracy": acc, "engine_ab": ab}

@@ -307,8 +307,8 @@ def _ab_cell(input_len, concurrency, tpot, ttft, n=5):
     return ABCell(input_len=input_len, concurrency=concurrency, medians=medians, ratios=ratios)
 
 
-def _write_engine_ab(root: Path, **changes) -> Path:
-    """evidence/engine-ab/engine-ab.json under ``root``, built with the model the card reads (EngineAB):
+def _write_engine_ab(root: Path, folder: str = "", **changes) -> Path:
+    """evidence/engine-ab/[folder/]engine-ab.json under ``root``, built with the model the card reads (EngineAB):
     three cells written out of grid order, one with int8 slower, one whose intervals all include 1.0."""
     from builder.bundle.engine_evidence import EngineAB, StepBreakdown
     from builder.constants import ENGINE_AB_EVIDENCE, ENGINE_AB_FILE
@@ -333,7 +333,7 @@ def _write_engine_ab(root: Path, **changes) -> Path:
                   hardware="NVIDIA H200 | 141 GB", mtp_k=0, order=["int8", "fp8", "bf16"], cells=cells,
                   breakdown=breakdown, agreement={"int8 8192x1": 0.012, "fp8 8192x1": 0.031})
     ab = ab.model_copy(update=changes)
-    path = root / ENGINE_AB_EVIDENCE / ENGINE_AB_FILE
+    path = root / ENGINE_AB_EVIDENCE / folder / ENGINE_AB_FILE
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(ab.model_dump_json(indent=2))
     return path
@@ -356,32 +356,38 @@ def _ab_rows(section: str) -> dict[str, list[str]]:
 def test_the_engine_ab_is_a_table_of_int8_ratios_with_intervals_verdicts_and_a_caption(tmp_path):
     section = _ab_card(tmp_path)
     rows = _ab_rows(section)
-    assert rows["header"] == ["int8/fp8 TPOT", "int8/bf16 TPOT", "int8/fp8 TTFT", "int8/bf16 TTFT"]
+    assert rows["header"] == ["int8/fp8 TPOT", "int8/bf16 TPOT", "int8/fp8 TTFT", "int8/bf16 TTFT", "report"]
     assert [k for k in rows if k != "header"] == ["8K x 1", "8K x 4", "32K x 1"]  # grid order, not the file's
     assert rows["8K x 1"] == ["0.93x [0.90-0.96] faster", "0.95x [0.91-0.98] faster",
                               "0.99x [0.95-1.02] no difference measured",
-                              "0.997x [0.996-0.998] faster"]  # three digits: [1.00-1.00] would hide that 1.0 is outside
+                              "0.997x [0.996-0.998] faster", "1"]  # three digits: [1.00-1.00] would hide that 1.0 is outside
     assert rows["32K x 1"][:2] == ["0.88x [0.85-0.91] faster", "0.81x [0.79-0.83] faster"]
     caption = " ".join(section.split("Engine A/B, measured", 1)[1].split("\n| ", 1)[0].split())
     assert ("in the engine on an H200, small Qwen4Exp with random weights (not the real model), "
             "on NVIDIA H200 \\| 141 GB, not on h200") in caption  # the file's text is escaped for the table's markdown
-    assert "served alone in turn (int8, fp8, bf16)" in caption and "MTP off" in caption
-    assert "run 2027-01-05-ab (2027-01-05-ab.json) (`evidence/engine-ab/engine-ab.json` in the qfn-int8kv repository)" in caption
+    assert "each KV dtype served alone in turn" in caption and "MTP off" in caption
+    assert ("- (1) run 2027-01-05-ab (2027-01-05-ab.json), arms served in the order int8, fp8, bf16 "
+            "(`evidence/engine-ab/engine-ab.json`)") in caption
     assert "median over 5 repeats" in caption and "bootstrap 95% interval" in caption
     # Over the profiled decode steps only: the mixed step is not counted.
     assert "the decode step is bound by: host in 2 of 3, attention in 1 of 3." in caption
-    assert "a second run's median TPOT was within 3.1% of this run's over the 2 arm and cell pairs compared" in caption
+    assert ("run to run: the median TPOT of a second run was within 3.1% of this run's over the 2 arm and cell "
+            "pairs compared") in caption
     assert "MTP on (k=4)" in _ab_card(tmp_path, mtp_k=4)
+    assert "PLE table memory-mapped" not in section  # no int8-pinned arm: no PLE cost line
 
 
 def test_an_engine_ab_cell_where_int8_is_slower_says_slower(tmp_path):
     rows = _ab_rows(_ab_card(tmp_path))
     assert rows["32K x 1"][3] == "1.07x [1.03-1.10] slower"
+    # Control: the same cell with int8 faster there says faster, not slower.
+    cell = _ab_cell(32768, 1, tpot={"int8/bf16": (0.93, 0.90, 0.96, "faster")}, ttft={"int8/bf16": (0.93, 0.90, 0.96, "faster")})
+    assert _ab_rows(_ab_card(tmp_path, cells=[cell]))["32K x 1"][3] == "0.93x [0.90-0.96] faster"
 
 
 def test_an_engine_ab_interval_that_includes_one_says_no_difference_measured(tmp_path):
     rows = _ab_rows(_ab_card(tmp_path))
-    assert rows["8K x 4"] == ["1.01x [0.97-1.04] no difference measured"] * 4
+    assert rows["8K x 4"] == ["1.01x [0.97-1.04] no difference measured"] * 4 + ["1"]
     assert rows["32K x 1"][2] == "1.01x [0.97-1.04] no difference measured"
 
 
@@ -432,3 +438,84 @@ def test_an_invalid_engine_ab_file_is_an_error_naming_it_and_how_to_regenerate(t
 def test_the_engine_ab_folder_says_what_it_holds_without_a_readme(tmp_path):
     _, text = _card(tmp_path, files=("README.md", "evidence/engine-ab/engine-ab.json"))
     assert "| `evidence/engine-ab/` | engine A/B of int8, fp8 and bf16 KV, each served alone" in _section(text, "Files")
+
+
+def _pinned_cell(input_len, concurrency, tpot, ttft):
+    """A cell of an int8-pinned vs int8 run: its one ratio is the variant over its base, as ab_report writes it."""
+    from builder.bundle.engine_evidence import ABCell, Estimate
+
+    medians = {arm: {m: Estimate(value=10.0, low=9.5, high=10.5, n=5) for m in ("median_tpot_ms", "median_ttft_ms")}
+               for arm in ("int8-pinned", "int8")}
+    return ABCell(input_len=input_len, concurrency=concurrency, medians=medians,
+                  ratios={"int8-pinned/int8": {"median_tpot_ms": _ratio(*tpot), "median_ttft_ms": _ratio(*ttft)}})
+
+
+def _ab_reports_card(tmp_path, *reports):
+    """The card over several reports, each (folder, changes) written by _write_engine_ab."""
+    root = tmp_path / "evidence"
+    (root / "kernels").mkdir(parents=True, exist_ok=True)
+    for folder, changes in reports:
+        _write_engine_ab(root, folder, **changes)
+    _, text = _card(tmp_path, "h200", kernels_dir=root / "kernels")
+    return _section(text, "What it buys you")
+
+
+def test_engine_ab_reports_are_combined_per_cell_each_row_naming_its_report(tmp_path):
+    """Two runs of one GPU, one table: a cell only one report measured takes that report's ratios; a
+    cell both measured takes the one checked against a second run, and the other's value is listed,
+    not dropped; a pair no report measured at a cell says so."""
+    long = [_ab_cell(131072, 1, tpot={"int8/fp8": (0.91, 0.89, 0.93, "faster")},
+                     ttft={"int8/fp8": (1.06, 1.02, 1.09, "slower")}),
+            _ab_cell(8192, 1, tpot={"int8/fp8": (1.05, 1.02, 1.08, "slower")},
+                     ttft={"int8/fp8": (1.00, 0.97, 1.03, "no difference measured")})]
+    # Listed first (path order), without a second run: its 8K x 1 must lose to the checked report's.
+    section = _ab_reports_card(tmp_path, ("a-long", {"run": "run long (long.json)", "order": ["int8", "fp8"],
+                                                     "cells": long, "agreement": {}, "breakdown": []}),
+                               ("b-grid", {}))
+    assert section.count("Engine A/B, measured") == 1
+    rows = _ab_rows(section)
+    assert [k for k in rows if k != "header"] == ["8K x 1", "8K x 4", "32K x 1", "128K x 1"]
+    assert rows["8K x 1"] == ["0.93x [0.90-0.96] faster", "0.95x [0.91-0.98] faster",
+                              "0.99x [0.95-1.02] no difference measured", "0.997x [0.996-0.998] faster", "2"]
+    assert rows["128K x 1"] == ["0.91x [0.89-0.93] faster", "not measured", "1.06x [1.02-1.09] slower",
+                                "not measured", "1"]  # int8 slower there says slower; no bf16 arm: not measured
+    assert "- (1) run long (long.json), arms served in the order int8, fp8 (`evidence/engine-ab/a-long/engine-ab.json`)" in section
+    assert "- (2) run 2027-01-05-ab (2027-01-05-ab.json), arms served in the order int8, fp8, bf16" in section
+    also = " ".join(section.split("Measured in more than one report", 1)[1].split("\n\n", 1)[0].split())
+    assert "8K x 1 int8/fp8 TPOT: (1) 1.05x [1.02-1.08] slower; the table shows (2)'s" in also
+    assert "8K x 1 int8/fp8 TTFT: (1) 1.00x [0.97-1.03] no difference measured; the table shows (2)'s" in also
+    assert "int8/bf16" not in also  # only report 2 measured bf16
+
+
+def test_engine_ab_reports_of_another_gpu_get_their_own_table(tmp_path):
+    other = {"label": "engine on an NVIDIA H100 80GB HBM3, small Qwen4Exp with random weights (not the real model)",
+             "hardware": "NVIDIA H100 80GB HBM3, driver 580.159.04, 16 CPUs", "run": "run h100 (h100.json)"}
+    section = _ab_reports_card(tmp_path, ("h100", other), ("h200", {}))
+    tables = section.split("Engine A/B, measured")[1:]
+    assert len(tables) == 2
+    assert tables[0].startswith(" in the engine on an NVIDIA H100 80GB HBM3") and "(1) run h100 (h100.json)" in tables[0]
+    assert tables[1].startswith(" in the engine on an H200") and "(1) run 2027-01-05-ab" in tables[1]
+    assert "Measured in more than one report" not in section  # the same cells on two GPUs are not one cell twice
+
+
+def test_the_ple_cost_line_is_int8_mapped_over_int8_pinned_and_says_slower_where_mapping_costs(tmp_path):
+    """The report holds int8-pinned/int8; the card states mapped over pinned, the interval inverted with
+    it, so a pinned arm that is faster reads as int8 (mapped) slower; a cell where no ratio to fp8 or
+    bf16 was measured adds no row to the table."""
+    pinned = {"run": "run pinned (pinned.json)", "order": ["int8-pinned", "int8"], "agreement": {}, "breakdown": [],
+              "cells": [_pinned_cell(8192, 16, tpot=(0.80, 0.75, 0.85, "faster"),
+                                     ttft=(0.95, 0.90, 1.05, "no difference measured")),
+                        _pinned_cell(32768, 4, tpot=(1.00, 0.98, 1.03, "no difference measured"),
+                                     ttft=(1.25, 1.20, 1.30, "slower"))]}
+    section = _ab_reports_card(tmp_path, ("grid", {}), ("pinned", pinned))
+    line = " ".join(section.split("PLE table memory-mapped", 1)[1].split("\n\n", 1)[0].split())
+    assert "int8's median over int8-pinned's, the inverse of report (2)'s int8-pinned/int8" in line
+    assert ("8K x 16: TPOT 1.25x [1.18-1.33] slower, TTFT 1.05x [0.95-1.11] no difference measured; "
+            "32K x 4: TPOT 1.00x [0.97-1.02] no difference measured, TTFT 0.80x [0.77-0.83] faster.") in line
+    rows = _ab_rows(section.split("PLE table memory-mapped", 1)[0])
+    assert "8K x 16" not in rows and "32K x 4" not in rows and all(r[-1] == "1" for k, r in rows.items() if k != "header")
+    # A pinned ratio whose verdict its interval does not give is refused, as in the table.
+    bad = pinned["cells"][0].model_copy(update={"ratios": {"int8-pinned/int8": {
+        **pinned["cells"][0].ratios["int8-pinned/int8"], "median_tpot_ms": _ratio(0.95, 0.90, 1.05, "faster")}}})
+    with pytest.raises(RenderError, match="cell 8K x 16, int8/int8-pinned TPOT: the verdict 'faster' does not follow"):
+        _ab_reports_card(tmp_path / "bad", ("pinned", {**pinned, "cells": [bad]}))
