@@ -120,6 +120,21 @@ def limited_plan(*, table_gib: float, reuse: bool) -> list[dict]:
     return plan
 
 
+def limited_plans_apart(*, table_gib: float) -> tuple[list[dict], list[dict]]:
+    """limited_plan (without reuse) for two containers: the checkpoint written by one without a
+    limit, the loads in the limited one. Written in the limited container, the checkpoint's page
+    cache is charged to that container: when the resident control reaches the limit, reclaim
+    keeps evicting and refaulting those pages, and the OOM kill came after anything from 18 s to
+    22 minutes on 2 cores. Charged to the writer's cgroup instead, the cache is not the limited
+    container's to reclaim, and the control is killed within a second or two (should the host
+    evict that cache first, the control reads the checkpoint back and may be slow again, never
+    wrong). Before the mapped loads the checkpoint is dropped from the page cache, so they fault
+    it in under the limit as the single-container run does."""
+    write, control, *mapped = limited_plan(table_gib=table_gib, reuse=False)
+    uncache = {"step": "uncache", "name": "drop the checkpoint from the page cache", "dir": write["out"]}
+    return [write], [control, uncache, *mapped]
+
+
 def small_plan() -> list[dict]:
     bf16, tables = "/work/small-bf16", "/work/tables-small"
     f16 = {"ckpt": bf16, "mode": "mmap", "dtype": "float16", "table_dir": tables}

@@ -14,6 +14,8 @@ A plan is a list of steps, run in order; each prints one JSON line:
             compares every byte with the rows the safetensors library reads from the files.
             Reports load time, peak RSS, the cgroup's OOM kills, and the lookup result.
   damage    flips a byte in, or truncates, the table files in a directory.
+  uncache   fsyncs a checkpoint's files and drops them from the page cache: later loads read
+            them cold, and the pages they fault in are charged to this container.
 
 Engine modules are imported once, before the ranks fork, so a step costs no import time and
 the ranks share those pages (the container's memory limit counts them once).
@@ -455,6 +457,22 @@ def damage_step(step: dict) -> dict:
     return {"ok": bool(done), "files": done}
 
 
+def uncache_step(step: dict) -> dict:
+    """fsync, then POSIX_FADV_DONTNEED, every file in ``dir``. A checkpoint written by another
+    container stays cached and charged to that container's cgroup; a mapped load would map
+    those cached pages and count them in its RSS. Dropped, they are faulted in afresh."""
+    done = []
+    for path in sorted(Path(step["dir"]).iterdir()):
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.fsync(fd)  # dirty pages cannot be dropped
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        finally:
+            os.close(fd)
+        done.append(path.name)
+    return {"ok": bool(done), "files": done}
+
+
 def config_step(step: dict) -> dict:
     """EngramConfig / VllmConfig validation of mmap_table, case by case: the message each raises
     (or the resolved values), against the substring the case expects."""
@@ -565,6 +583,8 @@ def main() -> int:
             result = damage_step(step)
         elif kind == "config":
             result = config_step(step)
+        elif kind == "uncache":
+            result = uncache_step(step)
         else:
             raise ValueError(f"unknown step {kind!r}")
         if step.get("expect", "ok") == "oom":  # the control: killed by the cgroup's OOM killer
