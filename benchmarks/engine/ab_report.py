@@ -532,6 +532,13 @@ def sequence_digest(sequence: object) -> str | None:
     return hashlib.sha256("\n".join(map(str, sequence)).encode()).hexdigest()[:12]
 
 
+def same_calls_as(rows: list[tuple[str, object, str | None]]) -> list[list[str]]:
+    """For each (arm, cell, digest), the other arms of its cell whose digest is the same."""
+    return [[o_arm for j, (o_arm, o_cell, o_digest) in enumerate(rows)
+             if j != i and o_cell == cell and digest and o_digest == digest]
+            for i, (_, cell, digest) in enumerate(rows)]
+
+
 def _host_calls_table(rows: list[StepBreakdown]) -> list[str]:
     """Per cell, which arms' commonest steps make the same CUDA calls in the same order."""
     rows = [b for b in rows if b.host_sequence_digest]
@@ -542,9 +549,8 @@ def _host_calls_table(rows: list[StepBreakdown]) -> list[str]:
              "graph replays), the share of steps that made exactly those, and the arms of the cell whose "
              "commonest step made the same calls in the same order: the same host work per step.", "",
              "| arm | cell | step | CUDA calls | share of steps | same calls as |", "|---|---|---|---|---|---|"]
-    for b in rows:
-        same = [o.arm for o in rows if o is not b and (o.input_len, o.concurrency, o.step_kind) ==
-                (b.input_len, b.concurrency, b.step_kind) and o.host_sequence_digest == b.host_sequence_digest]
+    alike = same_calls_as([(b.arm, (b.input_len, b.concurrency, b.step_kind), b.host_sequence_digest) for b in rows])
+    for b, same in zip(rows, alike):
         lines.append(f"| {b.arm} | {cell_label(b.input_len, b.concurrency)} | {b.step_kind} | {b.host_calls} | "
                      f"{_g(b.host_sequence_share, '.0%')} | {', '.join(same) or '-'} |")
     return lines

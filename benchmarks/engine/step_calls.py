@@ -21,7 +21,7 @@ import sys
 from pathlib import Path
 
 from benchmarks.engine import breakdown as bd
-from benchmarks.engine.ab_report import cell_label, sequence_digest
+from benchmarks.engine.ab_report import cell_label, same_calls_as, sequence_digest
 
 JSON_FILE = "step-calls.json"
 MD_FILE = "step-calls.md"
@@ -47,9 +47,9 @@ def step_calls(profiles: Path) -> list[dict]:
                      "host_step_us": round(b.host_step_us, 1) if b.host_step_us else None,
                      "calls": len(b.host_sequence), "share": round(b.host_sequence_share or 0.0, 3),
                      "digest": sequence_digest(b.host_sequence), "sequence": b.host_sequence})
-    for r in rows:
-        r["same_as"] = [o["arm"] for o in rows if o is not r and (o["input_len"], o["concurrency"]) ==
-                        (r["input_len"], r["concurrency"]) and o["digest"] and o["digest"] == r["digest"]]
+    alike = same_calls_as([(r["arm"], (r["input_len"], r["concurrency"]), r["digest"]) for r in rows])
+    for r, same in zip(rows, alike):
+        r["same_as"] = same
     return rows
 
 
