@@ -250,7 +250,8 @@ async def run_arm(server: dict, label: str, *, cells: list[tuple[int, int]], rep
                     prompts = await cell_prompts(client, server, length, conc, state / "ab-prompts")
                     token = telemetry.begin()
                     res = await bench.run_workload(client, url, model, cell_workload(length, conc),
-                                                   nonce=f"ab-{length}x{conc}", prompts=prompts)
+                                                   nonce=f"ab-{length}x{conc}", prompts=prompts,
+                                                   output_digests=True)
                     res["telemetry"] = telemetry.end(token)
                 except Exception as exc:
                     res = {"workload": cell_name(length, conc), "error": error_text(exc, 600)}

@@ -462,6 +462,7 @@ def markdown(runs: list[Run], result: EngineAB) -> str:
                    "|---|---|---|---|---|---|", *rows] if rows else ["No arm and cell measured in both runs."])
         if only:
             lines += ["", "Measured in one run only: " + ", ".join(only) + "."]
+    lines += _outputs_table(run)
     lines += _cold_table(run)
     lines += _sweep_table(run)
     missing_lines = _not_measured(run)
@@ -537,6 +538,36 @@ def same_calls_as(rows: list[tuple[str, object, str | None]]) -> list[list[str]]
     return [[o_arm for j, (o_arm, o_cell, o_digest) in enumerate(rows)
              if j != i and o_cell == cell and digest and o_digest == digest]
             for i, (_, cell, digest) in enumerate(rows)]
+
+
+def _outputs_digest(result: dict) -> str | None:
+    """One digest of a repeat's output texts in prompt order (None where the run kept none)."""
+    digests = result.get("output_sha256")
+    return sequence_digest(digests) if isinstance(digests, list) and len(digests) == result.get("completed") else None
+
+
+def _outputs_table(run: Run) -> list[str]:
+    """Per cell, whether each arm answered the same prompts with the same texts in every repeat, and which
+    other arms gave those texts: arms that compute alike (a variant and its base) must."""
+    got = repeats(run)
+    rows = []
+    for n, c in cells_of(run):
+        for arm in arms_of(run):
+            digests = [_outputs_digest(r) for r in got.get((arm, n, c), [])]
+            if digests and all(digests):
+                rows.append((arm, (n, c), digests))
+    if not rows:
+        return []
+    alike = same_calls_as([(arm, cell, digests[0]) for arm, cell, digests in rows])
+    lines = ["", "## The same outputs (greedy, the same prompts)", "",
+             "Each arm's repeats of a cell: how many gave the first repeat's output texts, and the other arms "
+             "whose first repeat gave the same texts. With one request at a time nothing but the arm decides "
+             "the outputs; with several, the batch's make-up can move a token.", "",
+             "| arm | cell | repeats alike | same outputs as |", "|---|---|---|---|"]
+    for (arm, (n, c), digests), same in zip(rows, alike):
+        lines.append(f"| {arm} | {cell_label(n, c)} | {sum(d == digests[0] for d in digests)}/{len(digests)} | "
+                     f"{', '.join(same) or '-'} |")
+    return lines
 
 
 def _host_calls_table(rows: list[StepBreakdown]) -> list[str]:

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import hashlib
 import json
 import math
 import os
@@ -650,13 +651,16 @@ async def run_workload(
     nonce: str | None = None,
     on_done: Callable[[], None] | None = None,
     prompts: Sequence[str] | None = None,
+    output_digests: bool = False,
 ) -> dict[str, Any]:
     """Run one workload (with one untimed warm-up request) and return its vLLM-style result.
 
     Prompts are tagged with a fresh nonce per run, so neither an earlier workload nor an
     earlier run on the same server turns prefill into a prefix-cache hit. `prompts` (from
     workload_prompts with the same nonce) sends the same prompts to several servers, so arms
-    compared side by side prefill the same tokens, and fitting them is paid once."""
+    compared side by side prefill the same tokens, and fitting them is paid once. `output_digests` adds
+    each request's output text as a sha256 prefix, in prompt order: servers that should compute alike
+    are shown to answer alike without the texts travelling."""
     nonce = nonce or secrets.token_hex(4)
     if prompts is None:
         prompts = await workload_prompts(client, base_url, model, wl, nonce=nonce)
@@ -676,6 +680,8 @@ async def run_workload(
     }
     if wl.kind == "concurrent2":
         result["wall_time_s"] = duration
+    if output_digests:
+        result["output_sha256"] = [hashlib.sha256(o.text.encode()).hexdigest()[:16] for o in outputs]
     return result
 
 

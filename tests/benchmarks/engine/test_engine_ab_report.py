@@ -294,6 +294,22 @@ def test_arms_whose_steps_make_the_same_cuda_calls_are_named_together_and_one_mo
     assert "| int8 | 8K x c1 | decode | 2 | 80% | - |" in rep.markdown([run_of(s)], report(s))
 
 
+def test_arms_that_answered_with_the_same_texts_are_named_together_and_one_changed_token_parts_them():
+    texts = {"int8": ["aa", "bb"], "int8-prefetch1": ["aa", "bb"], "fp8": ["aa", "bc"]}
+    results = [result(arm, 2.0, repeat=i, output_sha256=list(t)) for arm, t in texts.items() for i in range(3)]
+    # int8's last repeat moved a token: its repeats are not all alike, its first still matches its twin's.
+    results[2]["output_sha256"] = ["aa", "bd"]
+    s = summary({arm: [2.0] * 3 for arm in texts}, results=results)
+    md = rep.markdown([run_of(s)], report(s))
+    assert "| int8 | 8K x c1 | 2/3 | int8-prefetch1 |" in md
+    assert "| int8-prefetch1 | 8K x c1 | 3/3 | int8 |" in md
+    assert "| fp8 | 8K x c1 | 3/3 | - |" in md
+    # A run that kept no digests (or lost one of a repeat's requests) gets no such table.
+    for r in results:
+        r["output_sha256"] = r["output_sha256"][:1]
+    assert "The same outputs" not in rep.markdown([run_of(s)], report(s))
+
+
 def test_a_profile_recorded_with_cpu_activity_gives_no_row_and_says_why():
     decode = {"step_us": 1000.0, "families": {"MoE / MLP": 700.0, bd.IDLE_ROW: 300.0}}
     cpu = {**profile(decode=decode), "activities": ["CPU", "CUDA"]}
