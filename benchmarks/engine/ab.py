@@ -97,9 +97,6 @@ VARIANTS: dict[str, Variant] = {
     "-pinned": Variant(args=("--engram-config", '{"cpu_offload":true}')),
     # the gather path under Python's own 5 ms thread switch interval: what the bound saves
     "-pyswitch": Variant(env=(("VLLM_PLE_MMAP_SWITCH_INTERVAL_US", "0"),)),
-    # each PLE layer's lookup started one layer ahead (upstream's order), not all at the forward's
-    # top: what the early start saves
-    "-prefetch1": Variant(env=(("VLLM_PLE_PREFETCH_LAYERS_AHEAD", "1"),)),
     # the page cache cold at start: what the first requests pay to read the table from disk
     "-cold": Variant(cold=True),
 }

@@ -155,8 +155,7 @@ def add_measure_options(p: argparse.ArgumentParser, *, budget_s: float | None, b
     p.add_argument("--ab-order", default="",
                    help="ab: the arms in the order they are served, comma list (default the layout's: int8,fp8,bf16); "
                         "LABEL-pinned: the PLE table pinned instead of mapped; LABEL-cold: the page cache cold at "
-                        "start; LABEL-pyswitch: Python's 5 ms switch interval on the PLE gather path; LABEL-prefetch1: "
-                        "each PLE lookup started one layer ahead, not at the forward's top")
+                        "start; LABEL-pyswitch: Python's 5 ms switch interval on the PLE gather path")
     p.add_argument("--ab-mtp", type=int, default=0, help="ab: MTP draft tokens (default 0: off; random weights "
                    "accept none)")
     p.add_argument("--ab-no-profile", action="store_true", help="ab: no profiled pass per cell (no step breakdown)")

@@ -55,13 +55,11 @@ def _option(argv: list[str], name: str, default: str | None = None) -> str | Non
 
 def _record(event: str, port: int, **extra) -> None:
     if path := os.environ.get(EVENTS_ENV):
-        # The gather path's switch-interval variable as this process saw it (the A/B's -pyswitch arms)...
+        # The gather path's switch-interval variable as this process saw it (the A/B's -pyswitch arms).
         switch = os.environ.get("VLLM_PLE_MMAP_SWITCH_INTERVAL_US")
-        # ... and how many layers ahead its PLE lookups start (the -prefetch1 arms)
-        ahead = os.environ.get("VLLM_PLE_PREFETCH_LAYERS_AHEAD")
         with open(path, "a") as f:
             f.write(json.dumps({"event": event, "port": port, "pid": os.getpid(), "t": time.time(),
-                                "switch_us": switch, "prefetch_ahead": ahead, **extra}) + "\n")
+                                "switch_us": switch, **extra}) + "\n")
 
 
 def trace_events(requests: list[tuple[int, int]]) -> list[dict]:
