@@ -218,7 +218,8 @@ def image(
         None, "--ca-bundle", help="PEM bundle pip inside the build trusts (TLS-intercepting proxy); not kept in the image."
     ),
     evidence: bool = typer.Option(
-        False, "--evidence", help="Write build.json, labels.json, selfcheck.txt and the log tail to evidence/images/<target>/."
+        False, "--evidence", help="Write build.json, labels.json, selfcheck.txt and the log tail to evidence/images/<target>/, "
+        "and a GPU image's kernel compile report to evidence/kernels/ (without it: dist/kernel-reports/ only).",
     ),
     sign_key: Path | None = typer.Option(
         None, "--sign-key", help="ECDSA P-256 private key (`builder keygen`, mode 600): sign an SBOM and a SLSA provenance of the built image."
@@ -227,7 +228,7 @@ def image(
 ) -> None:
     """Build the serving image qfn-int8kv:<target>-<version> with the docker SDK (GPU targets: base from
     the pinned image or engine lock, patches, AOT kernels, then the in-image self-check before tagging)."""
-    from builder.constants import EVIDENCE_DIR
+    from builder.constants import EVIDENCE_DIR, KERNEL_EVIDENCE
     from builder.errors import AttestationError
     from builder.image import build_image
     from builder.image.base import check_ca_bundle
@@ -245,6 +246,7 @@ def image(
         for path in write_image_evidence(
             built=built, target=cfg.target.name, base_pin=config.require_pinned_base(cfg),
             base_source=cfg.target.base_source, out_dir=EVIDENCE_DIR / "images" / cfg.target.name,
+            kernels_dir=EVIDENCE_DIR / KERNEL_EVIDENCE,
         ):  # fmt: skip
             err_console.print(f"evidence: {path}", highlight=False, soft_wrap=True)
     if sign_key is not None:

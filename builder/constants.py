@@ -14,6 +14,9 @@ _IN_CHECKOUT = (REPO_ROOT / "bundle" / "patches" / "series").is_file()
 TARGETS_DIR = REPO_ROOT / "targets" if _IN_CHECKOUT else _RELEASE_DATA / "targets"
 BUNDLE_SRC_DIR = REPO_ROOT / "bundle"
 EVIDENCE_DIR = REPO_ROOT / "evidence"
+#: Where `builder image` leaves each GPU image's AOT kernel compile report: untracked, so a build
+#: leaves the checkout as it was; `--evidence` copies the report into evidence/kernels/.
+KERNEL_REPORTS_DIR = REPO_ROOT / "dist" / "kernel-reports"
 PATCHES_DIR = BUNDLE_SRC_DIR / "patches" if _IN_CHECKOUT else _RELEASE_DATA / "patches"
 
 #: Where downloads (engine wheel, models) are cached between runs.

@@ -18,7 +18,7 @@ from pydantic import BaseModel, ConfigDict
 from rich.console import Console
 
 from builder.config import ReleaseConfig
-from builder.constants import DOCKER_SLOW_API_TIMEOUT_S, EMULATION_PRELOAD, EVIDENCE_DIR, REPO_ROOT
+from builder.constants import DOCKER_SLOW_API_TIMEOUT_S, EMULATION_PRELOAD, KERNEL_REPORTS_DIR, REPO_ROOT
 from builder.errors import DockerError, SelfCheckError
 from builder.image.base import check_ca_bundle, emulation_needed, ensure_lock_base, load_pinned_addons, load_pinned_lock
 from builder.image.context import assemble_context
@@ -72,7 +72,7 @@ def build_image(
     cfg: ReleaseConfig,
     ca_bundle: Path | None = None,
     console: Console | None = None,
-    evidence_dir: Path = EVIDENCE_DIR,
+    reports_dir: Path = KERNEL_REPORTS_DIR,
     repo_root: Path = REPO_ROOT,
     selfcheck: bool = True,
 ) -> BuiltImage:
@@ -134,8 +134,8 @@ def build_image(
         soft_wrap=True,
     )
     report = None
-    if recipe.kernel_arch:  # the AOT compile report also goes to evidence/, beside the kernel benchmarks
-        dest = evidence_dir / "kernels" / f"image-aot-{recipe.target}-{recipe.kernel_arch}.json"
+    if recipe.kernel_arch:  # the name it keeps in evidence/kernels/ when `--evidence` copies it there
+        dest = reports_dir / f"image-aot-{recipe.target}-{recipe.kernel_arch}.json"
         report = extract_file(client=client, image=recipe.tag, path=KERNEL_REPORT_IN_IMAGE, dest=dest)
         log.print(f"image: kernel compile report -> {report}", soft_wrap=True)
     return BuiltImage(

@@ -1,8 +1,9 @@
 """evidence/images/<target>/: what one image build showed, for people to compare and check.
 
 build.json (times, size, layers, base, emulation), labels.json (as `docker image inspect` shows
-them), selfcheck.txt (the in-image self-check's output) and build-log-tail.txt. Each file is
-written to a temp file and renamed into place.
+them), selfcheck.txt (the in-image self-check's output) and build-log-tail.txt; a GPU image's AOT
+kernel compile report goes to evidence/kernels/ beside the kernel benchmarks. Each file is written
+to a temp file and renamed into place.
 """
 
 from __future__ import annotations
@@ -26,7 +27,9 @@ def _write(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
-def write_image_evidence(*, built: BuiltImage, target: str, base_pin: str, base_source: str, out_dir: Path) -> list[Path]:
+def write_image_evidence(
+    *, built: BuiltImage, target: str, base_pin: str, base_source: str, out_dir: Path, kernels_dir: Path
+) -> list[Path]:
     summary = {
         "target": target,
         "tag": built.tag,
@@ -57,4 +60,7 @@ def write_image_evidence(*, built: BuiltImage, target: str, base_pin: str, base_
     for name, text in files.items():
         _write(out_dir / name, text)
         written.append(out_dir / name)
+    if built.kernel_report is not None:
+        _write(kernels_dir / built.kernel_report.name, built.kernel_report.read_text())
+        written.append(kernels_dir / built.kernel_report.name)
     return written
