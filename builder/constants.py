@@ -124,6 +124,9 @@ LAUNCH_RESERVED_ENV = frozenset({
 #: The bundle's OpenSSF Model Signing signature (`model_signing`'s default name), at the bundle root.
 #: CHECKSUMS.sha256 cannot list it (it is written after).
 SIGNATURE_NAME = "model.sig"
+#: What the card's quick start installs to run upstream's `model_signing verify`, pinned to the
+#: versions the builder itself runs: model-signing 1.1.1 imports pyOpenSSL without declaring it.
+CARD_VERIFY_PACKAGES = ("model-signing", "pyopenssl")
 #: The public key publish uploads beside a signed bundle; the signature leaves it (and itself) out,
 #: so `model_signing verify` accepts the Hub repo as downloaded.
 PUBLIC_KEY_NAME = "signing-key.pub"

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import fnmatch
 import json
+from importlib import metadata
 from pathlib import Path
 from typing import Literal
 
@@ -22,6 +23,7 @@ from builder.constants import (
     BENCHMARK_NAME,
     BENCH_EVIDENCE_GLOB,
     BUNDLE_MANIFEST_NAME,
+    CARD_VERIFY_PACKAGES,
     CARD_FAILED_GATES_TAG,
     CARD_NAME,
     CHECKSUMS_NAME,
@@ -167,7 +169,15 @@ class CardContext(BaseModel):
     signing_key_id: str | None = None
     signature_name: str = SIGNATURE_NAME
     public_key_name: str = PUBLIC_KEY_NAME
+    #: What the quick start pip-installs to check the signature (verify_install_line).
+    verify_install: str
     attestations_dir: str = ATTESTATIONS_DIR
+
+
+def verify_install_line() -> str:
+    """`pip install` arguments for upstream's verifier, at the versions this builder runs with (its
+    host lock's): what the card's readers install is what the builder's own tests verify with."""
+    return " ".join(f"{name}=={metadata.version(name)}" for name in CARD_VERIFY_PACKAGES)
 
 
 def describe_file(rel: str) -> str:
@@ -310,6 +320,7 @@ def card_context(
         claims=claim_rows(evidence_dir.parent, cfg.target.name),
         image=image,
         signing_key_id=signing_key_id,
+        verify_install=verify_install_line(),
     )
 
 
