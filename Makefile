@@ -13,6 +13,8 @@ STAMP := $(VENV)/.installed
 # The lock changes only through `make lock`, so a new PyPI release changes nothing here by itself.
 LOCK ?= requirements/host.lock
 $(STAMP): $(LOCK) pyproject.toml
+	@$(PY) -c pass >/dev/null 2>&1 || { echo "make venv: PY=$(PY) does not run here. Nothing was installed. Fix: install CPython $(LOCK_PYTHON) and run: PY=python$(LOCK_PYTHON) make venv" >&2; exit 2; }
+	@$(PY) scripts/check-host.py --lock $(LOCK) --python $(LOCK_PYTHON) --platform $(LOCK_PLATFORM)
 	$(PY) -m venv --clear $(VENV)
 	$(BIN)/pip install -q --require-hashes --no-deps --report $(VENV)/install-report.json -r $(LOCK)
 	$(BIN)/pip install -q --no-deps --no-build-isolation -e .
