@@ -16,7 +16,7 @@ import tomllib
 
 # Only builder.constants (here and in tests.prefetch) at import time: tests/gpu/ also runs on a GPU host without the builder's dependencies.
 from builder.constants import ENV_MEASURE_URL, TARGETS_DIR
-from tests.prefetch import Prefetch
+from tests.prefetch import LATE_FIXTURES, Prefetch
 from tests.shadowing import describe, shadowed
 
 FAKE_DIGEST = "sha256:" + "ab" * 32
@@ -234,7 +234,11 @@ _DOCKER_FIXTURES = {"docker_client", "base_image", "cpu_smoke_target", "cpu_smok
 
 
 def pytest_collection_modifyitems(items):
-    """A test that takes a docker fixture needs the daemon, marked or not (`make test-fast` skips them)."""
+    """A test that takes a docker fixture needs the daemon, marked or not (`make test-fast` skips them).
+    The modules that wait on a slow background set-up (tests/prefetch.py) run after the others, so the
+    set-ups download and build beside those tests; each order is kept, and a module stays whole."""
     for item in items:
         if _DOCKER_FIXTURES & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.docker)
+    late = {getattr(item, "module", None) for item in items if LATE_FIXTURES & set(getattr(item, "fixturenames", ()))}
+    items.sort(key=lambda item: getattr(item, "module", None) in late - {None})  # a stable sort

@@ -129,3 +129,5 @@ FIXTURE_JOBS = {
     "cpu_smoke_target": "cpu_smoke_target",
     "cpu_smoke_image": "cpu_smoke_image",
 }
+#: The fixtures of the jobs that take minutes cold: their modules run last (tests/conftest.py).
+LATE_FIXTURES = frozenset({"linted", "base_image", "cpu_smoke_target", "cpu_smoke_image"})
