@@ -225,6 +225,8 @@ LOCK_BASE_REPO = "qfn-int8kv-base"
 LOCK_BASE_VENV = "/opt/venv"
 #: Wheels of the locks, one flat folder per arch, reused by every base build.
 WHEEL_CACHE_DIR = CACHE_DIR / "wheels"
+#: pip downloads run at once while the lint venv fills the wheel cache.
+WHEEL_DOWNLOAD_WORKERS = 4
 #: binfmt_misc entries that let a x86_64 host run arm64 binaries (qemu-user-static, F flag).
 BINFMT_DIR = Path("/proc/sys/fs/binfmt_misc")
 QEMU_BINFMT = {"arm64": "qemu-aarch64", "amd64": "qemu-x86_64"}

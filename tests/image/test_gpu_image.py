@@ -20,7 +20,7 @@ from builder.constants import QFN_LABEL_PREFIX
 from builder.errors import SelfCheckError
 from builder.image import build_image
 from builder.image.recipe import image_tag
-from tests.conftest import HOST_CA
+from tests.prefetch import HOST_CA
 
 pytestmark = [pytest.mark.docker, pytest.mark.gpu_image, pytest.mark.timeout(4 * 3600)]
 

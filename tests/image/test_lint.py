@@ -4,8 +4,8 @@ builders, and a misspelled flag, a key the speculative config rejects, or an out
 refused with the engine's own message. The same lint runs inside every GPU image
 (tests/image/test_gpu_image.py).
 
-The venv is made once per lock and series (~4 GB of wheels from PyPI, shared with the base build's
-wheel cache; ~9 GB installed, in ~/.cache/qfn-int8kv/lint-venv).
+The venv is made once per lock and series (~4 GB of wheels, downloaded into the base builds' wheel
+cache ~/.cache/qfn-int8kv/wheels/amd64 unless there already; ~9 GB installed, in ~/.cache/qfn-int8kv/lint-venv).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import pytest
 from builder.config import parse_config
 from builder.constants import TARGETS_DIR
 from builder.errors import SelfCheckError
-from builder.image.lintenv import ensure_lint_venv, lint_target
+from builder.image.lintenv import lint_target
 
 pytestmark = [pytest.mark.engine_lint, pytest.mark.timeout(1800)]
 
@@ -48,10 +48,11 @@ def _case(item) -> str | None:
 
 
 @pytest.fixture(scope="module")
-def linted(request):
+def linted(request, prefetch):
     """Each selected case's lint, run side by side: a lint is one process importing the engine, ~20 s of
-    one core each, and the cases are independent."""
-    python = ensure_lint_venv()
+    one core each, and the cases are independent. The venv (ensure_lint_venv) was started in the
+    background when the run began (tests/prefetch.py)."""
+    python = prefetch.result("lint_venv")
     cases = {c for item in request.session.items if item.module is request.module and (c := _case(item))}
     configs = {c: _config(*REFUSALS[c]) if c in REFUSALS else _config(c) for c in sorted(cases)}
     with ThreadPoolExecutor(max_workers=max(2, os.cpu_count() or 2)) as pool:

@@ -29,7 +29,7 @@ JOIN_TIMEOUT_S = 10
 @pytest.fixture(scope="module")
 def x2_image(base_image, tmp_path_factory):
     from builder.image import build_image, pin_target
-    from tests.conftest import HOST_CA
+    from tests.prefetch import HOST_CA
 
     path = tmp_path_factory.mktemp("targets") / "cpu-smoke-x2.toml"
     shutil.copy(REPO_ROOT / "targets/cpu-smoke-x2.toml", path)

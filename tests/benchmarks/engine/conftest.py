@@ -1,16 +1,8 @@
-"""Fixtures of the engine harness tests: the engine sources and a recording HTTP server."""
+"""Fixtures of the engine harness tests: a recording HTTP server (the engine sources: tests/conftest.py)."""
 
 from __future__ import annotations
 
 import pytest
-
-
-@pytest.fixture(scope="session")
-def engine_src():
-    """The verified vllm==0.33.0 sources (downloads ~336 MB once, then cached)."""
-    from builder.patches.engine import fetch_engine
-
-    return fetch_engine().src_dir
 
 
 class RecordingServer:
