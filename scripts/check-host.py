@@ -21,17 +21,16 @@ def main() -> int:
     want_machine = args.platform.split("-", 1)[0]
     found_python = f"{sys.version_info[0]}.{sys.version_info[1]}"
     found_machine = platform.machine()
-    problems = []
-    if sys.implementation.name != "cpython" or found_python != args.python:
-        problems.append(f"{sys.implementation.name} {found_python} ({sys.executable})")
-    if sys.platform != "linux" or found_machine != want_machine:
-        problems.append(f"{sys.platform} {found_machine}")
-    if not problems:
+    python_ok = sys.implementation.name == "cpython" and found_python == args.python
+    machine_ok = sys.platform == "linux" and found_machine == want_machine
+    if python_ok and machine_ok:
         return 0
-    fix = []
-    if found_python != args.python or sys.implementation.name != "cpython":
+    problems, fix = [], []
+    if not python_ok:
+        problems.append(f"{sys.implementation.name} {found_python} ({sys.executable})")
         fix.append(f"install CPython {args.python} and run: PY=python{args.python} make venv")
-    if sys.platform != "linux" or found_machine != want_machine:
+    if not machine_ok:
+        problems.append(f"{sys.platform} {found_machine}")
         fix.append(f"run the builder on a linux {want_machine} host")
     print(
         f"make venv: {args.lock} is resolved for CPython {args.python} on linux {want_machine}; found "
